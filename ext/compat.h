@@ -1,0 +1,43 @@
+/* Small shims so one source builds on CPython 3.9 through 3.14. */
+#ifndef SPANPACK_COMPAT_H
+#define SPANPACK_COMPAT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *
+Py_NewRef(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+static inline PyObject *
+Py_XNewRef(PyObject *o)
+{
+    Py_XINCREF(o);
+    return o;
+}
+#endif
+
+/* Critical sections only exist (and only matter) from 3.13; under the GIL the
+ * GIL itself serialises our C code, which never releases it mid-write. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define SP_BEGIN_CRITICAL_SECTION(o) Py_BEGIN_CRITICAL_SECTION(o)
+#define SP_END_CRITICAL_SECTION() Py_END_CRITICAL_SECTION()
+#else
+#define SP_BEGIN_CRITICAL_SECTION(o) {
+#define SP_END_CRITICAL_SECTION() }
+#endif
+
+#if defined(__GNUC__)
+#define SP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SP_NOINLINE __attribute__((noinline))
+#else
+#define SP_LIKELY(x) (x)
+#define SP_UNLIKELY(x) (x)
+#define SP_NOINLINE
+#endif
+
+#endif /* SPANPACK_COMPAT_H */

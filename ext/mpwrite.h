@@ -1,0 +1,355 @@
+/* msgpack wire primitives.
+ *
+ * mp_put_* store at buf->pos without a bounds check: the caller has reserved
+ * at least MP_MAX_HEADER bytes (or the documented size).  mp_write_* reserve
+ * first and return 0 or -1 with an exception set.  Integers always take the
+ * smallest encoding, as msgpack-python and the reference tracer do. */
+#ifndef SPANPACK_MPWRITE_H
+#define SPANPACK_MPWRITE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "outbuf.h"
+
+/* The largest header or scalar (uint64 / int64 / float64): 1 + 8 bytes. */
+#define MP_MAX_HEADER 9
+/* Item counts and lengths above this do not fit in a 32-bit header. */
+#define MP_ITEM_LIMIT ((Py_ssize_t)0xFFFFFFFFLL)
+#define MP_TIMESTAMP_EXT_CODE (-1)
+
+static inline void
+mp_store16(char *p, uint16_t v)
+{
+    p[0] = (char)(v >> 8);
+    p[1] = (char)v;
+}
+
+static inline void
+mp_store32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+
+static inline void
+mp_store64(char *p, uint64_t v)
+{
+    mp_store32(p, (uint32_t)(v >> 32));
+    mp_store32(p + 4, (uint32_t)v);
+}
+
+static inline void
+mp_put_byte(OutBuf *buf, unsigned char b)
+{
+    *buf->pos++ = (char)b;
+}
+
+static inline void
+mp_put_uint(OutBuf *buf, uint64_t v)
+{
+    char *p = buf->pos;
+    if (v < 128) {
+        p[0] = (char)v;
+        buf->pos = p + 1;
+    }
+    else if (v < 256) {
+        p[0] = (char)0xcc;
+        p[1] = (char)v;
+        buf->pos = p + 2;
+    }
+    else if (v < 65536) {
+        p[0] = (char)0xcd;
+        mp_store16(p + 1, (uint16_t)v);
+        buf->pos = p + 3;
+    }
+    else if (v <= 0xFFFFFFFFULL) {
+        p[0] = (char)0xce;
+        mp_store32(p + 1, (uint32_t)v);
+        buf->pos = p + 5;
+    }
+    else {
+        p[0] = (char)0xcf;
+        mp_store64(p + 1, v);
+        buf->pos = p + 9;
+    }
+}
+
+static inline void
+mp_put_int(OutBuf *buf, int64_t v)
+{
+    if (v >= 0) {
+        mp_put_uint(buf, (uint64_t)v);
+        return;
+    }
+    char *p = buf->pos;
+    if (v >= -32) {
+        p[0] = (char)(uint8_t)(int8_t)v;
+        buf->pos = p + 1;
+    }
+    else if (v >= INT8_MIN) {
+        p[0] = (char)0xd0;
+        p[1] = (char)(uint8_t)(int8_t)v;
+        buf->pos = p + 2;
+    }
+    else if (v >= INT16_MIN) {
+        p[0] = (char)0xd1;
+        mp_store16(p + 1, (uint16_t)(int16_t)v);
+        buf->pos = p + 3;
+    }
+    else if (v >= INT32_MIN) {
+        p[0] = (char)0xd2;
+        mp_store32(p + 1, (uint32_t)(int32_t)v);
+        buf->pos = p + 5;
+    }
+    else {
+        p[0] = (char)0xd3;
+        mp_store64(p + 1, (uint64_t)v);
+        buf->pos = p + 9;
+    }
+}
+
+static inline void
+mp_put_double(OutBuf *buf, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    buf->pos[0] = (char)0xcb;
+    mp_store64(buf->pos + 1, bits);
+    buf->pos += 9;
+}
+
+/* A header whose form depends only on the count: fix / 16-bit / 32-bit. */
+static inline void
+mp_put_sized_header(OutBuf *buf, uint32_t n, unsigned char fix_tag, uint32_t fix_limit,
+                    unsigned char tag16, unsigned char tag32)
+{
+    char *p = buf->pos;
+    if (n < fix_limit) {
+        p[0] = (char)(fix_tag | n);
+        buf->pos = p + 1;
+    }
+    else if (n < 65536) {
+        p[0] = (char)tag16;
+        mp_store16(p + 1, (uint16_t)n);
+        buf->pos = p + 3;
+    }
+    else {
+        p[0] = (char)tag32;
+        mp_store32(p + 1, n);
+        buf->pos = p + 5;
+    }
+}
+
+static inline void
+mp_put_array_header(OutBuf *buf, uint32_t n)
+{
+    mp_put_sized_header(buf, n, 0x90, 16, 0xdc, 0xdd);
+}
+
+static inline void
+mp_put_map_header(OutBuf *buf, uint32_t n)
+{
+    mp_put_sized_header(buf, n, 0x80, 16, 0xde, 0xdf);
+}
+
+/* str header; str8 only exists in the spec revision that added bin, so
+ * msgpack-python leaves it out when use_bin_type is off. */
+static inline void
+mp_put_str_header(OutBuf *buf, uint32_t n, int allow_str8)
+{
+    char *p = buf->pos;
+    if (n < 32) {
+        p[0] = (char)(0xa0 | n);
+        buf->pos = p + 1;
+    }
+    else if (n < 256 && allow_str8) {
+        p[0] = (char)0xd9;
+        p[1] = (char)n;
+        buf->pos = p + 2;
+    }
+    else if (n < 65536) {
+        p[0] = (char)0xda;
+        mp_store16(p + 1, (uint16_t)n);
+        buf->pos = p + 3;
+    }
+    else {
+        p[0] = (char)0xdb;
+        mp_store32(p + 1, n);
+        buf->pos = p + 5;
+    }
+}
+
+static inline void
+mp_put_bin_header(OutBuf *buf, uint32_t n)
+{
+    char *p = buf->pos;
+    if (n < 256) {
+        p[0] = (char)0xc4;
+        p[1] = (char)n;
+        buf->pos = p + 2;
+    }
+    else if (n < 65536) {
+        p[0] = (char)0xc5;
+        mp_store16(p + 1, (uint16_t)n);
+        buf->pos = p + 3;
+    }
+    else {
+        p[0] = (char)0xc6;
+        mp_store32(p + 1, n);
+        buf->pos = p + 5;
+    }
+}
+
+/* ext header: fixext for 1/2/4/8/16 bytes, else ext8/16/32.  Needs 6 bytes. */
+static inline void
+mp_put_ext_header(OutBuf *buf, int8_t code, uint32_t n)
+{
+    char *p = buf->pos;
+    switch (n) {
+    case 1: p[0] = (char)0xd4; break;
+    case 2: p[0] = (char)0xd5; break;
+    case 4: p[0] = (char)0xd6; break;
+    case 8: p[0] = (char)0xd7; break;
+    case 16: p[0] = (char)0xd8; break;
+    default:
+        if (n < 256) {
+            p[0] = (char)0xc7;
+            p[1] = (char)n;
+            p += 2;
+        }
+        else if (n < 65536) {
+            p[0] = (char)0xc8;
+            mp_store16(p + 1, (uint16_t)n);
+            p += 3;
+        }
+        else {
+            p[0] = (char)0xc9;
+            mp_store32(p + 1, n);
+            p += 5;
+        }
+        p[0] = (char)code;
+        buf->pos = p + 1;
+        return;
+    }
+    p[1] = (char)code;
+    buf->pos = p + 2;
+}
+
+/* The timestamp extension (type -1) in its smallest form: 32-bit when there
+ * are no nanoseconds and the seconds fit in 32 unsigned bits, 64-bit when the
+ * seconds fit in 34 unsigned bits, else 96-bit.  Needs 15 bytes. */
+static inline void
+mp_put_timestamp(OutBuf *buf, int64_t seconds, uint32_t nanoseconds)
+{
+    if ((seconds >> 34) == 0) {
+        uint64_t data64 = ((uint64_t)nanoseconds << 34) | (uint64_t)seconds;
+        if ((data64 & 0xFFFFFFFF00000000ULL) == 0) {
+            mp_put_ext_header(buf, MP_TIMESTAMP_EXT_CODE, 4);
+            mp_store32(buf->pos, (uint32_t)data64);
+            buf->pos += 4;
+        }
+        else {
+            mp_put_ext_header(buf, MP_TIMESTAMP_EXT_CODE, 8);
+            mp_store64(buf->pos, data64);
+            buf->pos += 8;
+        }
+    }
+    else {
+        mp_put_ext_header(buf, MP_TIMESTAMP_EXT_CODE, 12);
+        mp_store32(buf->pos, nanoseconds);
+        mp_store64(buf->pos + 4, (uint64_t)seconds);
+        buf->pos += 12;
+    }
+}
+
+/* Checked writers. */
+
+static inline int
+mp_write_uint(OutBuf *buf, uint64_t v)
+{
+    if (outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
+        return -1;
+    }
+    mp_put_uint(buf, v);
+    return 0;
+}
+
+static inline int
+mp_write_int(OutBuf *buf, int64_t v)
+{
+    if (outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
+        return -1;
+    }
+    mp_put_int(buf, v);
+    return 0;
+}
+
+static inline int
+mp_write_double(OutBuf *buf, double v)
+{
+    if (outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
+        return -1;
+    }
+    mp_put_double(buf, v);
+    return 0;
+}
+
+static inline int
+mp_write_byte(OutBuf *buf, unsigned char b)
+{
+    if (outbuf_reserve(buf, 1) < 0) {
+        return -1;
+    }
+    mp_put_byte(buf, b);
+    return 0;
+}
+
+static inline int
+mp_write_array_header(OutBuf *buf, uint32_t n)
+{
+    if (outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
+        return -1;
+    }
+    mp_put_array_header(buf, n);
+    return 0;
+}
+
+static inline int
+mp_write_map_header(OutBuf *buf, uint32_t n)
+{
+    if (outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
+        return -1;
+    }
+    mp_put_map_header(buf, n);
+    return 0;
+}
+
+/* A whole str: header and UTF-8 body in one reservation. */
+static inline int
+mp_write_str(OutBuf *buf, const char *data, Py_ssize_t size, int allow_str8)
+{
+    if (outbuf_reserve(buf, size + 5) < 0) {
+        return -1;
+    }
+    mp_put_str_header(buf, (uint32_t)size, allow_str8);
+    memcpy(buf->pos, data, (size_t)size);
+    buf->pos += size;
+    return 0;
+}
+
+static inline int
+mp_write_bin(OutBuf *buf, const char *data, Py_ssize_t size)
+{
+    if (outbuf_reserve(buf, size + 5) < 0) {
+        return -1;
+    }
+    mp_put_bin_header(buf, (uint32_t)size);
+    memcpy(buf->pos, data, (size_t)size);
+    buf->pos += size;
+    return 0;
+}
+
+#endif /* SPANPACK_MPWRITE_H */

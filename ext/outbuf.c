@@ -1,0 +1,121 @@
+/* Growable output buffer: allocation, growth and hand-over of the result. */
+#include "outbuf.h"
+
+int
+outbuf_init_bytes(OutBuf *buf, Py_ssize_t capacity)
+{
+    buf->bytes = PyBytes_FromStringAndSize(NULL, capacity);
+    if (buf->bytes == NULL) {
+        buf->start = buf->pos = buf->end = NULL;
+        return -1;
+    }
+    buf->start = buf->pos = PyBytes_AS_STRING(buf->bytes);
+    buf->end = buf->start + capacity;
+    return 0;
+}
+
+int
+outbuf_init_raw(OutBuf *buf, Py_ssize_t capacity)
+{
+    buf->bytes = NULL;
+    if (capacity < 1) {
+        capacity = 1;
+    }
+    buf->start = PyMem_Malloc((size_t)capacity);
+    if (buf->start == NULL) {
+        buf->pos = buf->end = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    buf->pos = buf->start;
+    buf->end = buf->start + capacity;
+    return 0;
+}
+
+void
+outbuf_free(OutBuf *buf)
+{
+    if (buf->bytes != NULL) {
+        Py_CLEAR(buf->bytes);
+    }
+    else {
+        PyMem_Free(buf->start);
+    }
+    buf->start = buf->pos = buf->end = NULL;
+}
+
+int
+outbuf_grow(OutBuf *buf, Py_ssize_t extra)
+{
+    Py_ssize_t used = outbuf_len(buf);
+    Py_ssize_t capacity = outbuf_capacity(buf);
+    if (extra > PY_SSIZE_T_MAX - used) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t needed = used + extra;
+    /* Grow by 1.5x so repeated appends stay amortised O(1) without doubling
+     * the peak memory of very large payloads. */
+    Py_ssize_t new_capacity = capacity + (capacity >> 1);
+    if (new_capacity < needed || new_capacity < capacity) {
+        new_capacity = needed;
+    }
+    if (new_capacity < 64) {
+        new_capacity = 64;
+    }
+    if (buf->bytes != NULL) {
+        /* On failure _PyBytes_Resize frees the object and sets it to NULL. */
+        if (_PyBytes_Resize(&buf->bytes, new_capacity) < 0) {
+            buf->start = buf->pos = buf->end = NULL;
+            return -1;
+        }
+        buf->start = PyBytes_AS_STRING(buf->bytes);
+    }
+    else {
+        char *grown = PyMem_Realloc(buf->start, (size_t)new_capacity);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        buf->start = grown;
+    }
+    buf->pos = buf->start + used;
+    buf->end = buf->start + new_capacity;
+    return 0;
+}
+
+PyObject *
+outbuf_finish_bytes(OutBuf *buf)
+{
+    PyObject *result = buf->bytes;
+    Py_ssize_t used = outbuf_len(buf);
+    buf->bytes = NULL;
+    buf->start = buf->pos = buf->end = NULL;
+    if (result == NULL) {
+        PyErr_SetString(PyExc_SystemError, "spanpack: output buffer already finished");
+        return NULL;
+    }
+    if (used != PyBytes_GET_SIZE(result) && _PyBytes_Resize(&result, used) < 0) {
+        return NULL;
+    }
+    return result;
+}
+
+int
+outbuf_shrink_capacity(OutBuf *buf, Py_ssize_t keep)
+{
+    if (buf->bytes != NULL || outbuf_len(buf) != 0 || outbuf_capacity(buf) <= keep) {
+        return 0;
+    }
+    if (keep < 1) {
+        keep = 1;
+    }
+    char *smaller = PyMem_Realloc(buf->start, (size_t)keep);
+    if (smaller == NULL) {
+        /* Keeping the larger block is harmless. */
+        return 0;
+    }
+    buf->start = buf->pos = smaller;
+    buf->end = smaller + keep;
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* A growable output buffer for msgpack bytes.
+ *
+ * Two kinds of backing memory:
+ *  - a bytes object (outbuf_init_bytes): the result is handed out by shrinking
+ *    that object in place, so a one-shot encode never copies its output;
+ *  - plain heap memory (outbuf_init_raw): for long-lived writers (Packer,
+ *    buffered trace encoder) that hand out copies or slices.
+ *
+ * Writers reserve space first (outbuf_reserve) and then store through `pos`
+ * without further checks. */
+#ifndef SPANPACK_OUTBUF_H
+#define SPANPACK_OUTBUF_H
+
+#include "compat.h"
+
+typedef struct {
+    char *start;
+    char *pos;
+    char *end;
+    PyObject *bytes; /* the backing bytes object, or NULL for heap memory */
+} OutBuf;
+
+int outbuf_init_bytes(OutBuf *buf, Py_ssize_t capacity);
+int outbuf_init_raw(OutBuf *buf, Py_ssize_t capacity);
+void outbuf_free(OutBuf *buf);
+
+/* Slow path of outbuf_reserve: make room for `extra` more bytes. */
+int outbuf_grow(OutBuf *buf, Py_ssize_t extra);
+
+/* Bytes-backed buffers only: shrink to the written length and return the bytes
+ * object (a new reference); the buffer is left empty and unusable. */
+PyObject *outbuf_finish_bytes(OutBuf *buf);
+
+/* Give back memory beyond `keep` bytes of capacity (heap buffers only); the
+ * buffer must be empty. */
+int outbuf_shrink_capacity(OutBuf *buf, Py_ssize_t keep);
+
+static inline Py_ssize_t
+outbuf_len(const OutBuf *buf)
+{
+    return buf->pos - buf->start;
+}
+
+static inline Py_ssize_t
+outbuf_capacity(const OutBuf *buf)
+{
+    return buf->end - buf->start;
+}
+
+static inline int
+outbuf_reserve(OutBuf *buf, Py_ssize_t extra)
+{
+    if (SP_LIKELY(buf->end - buf->pos >= extra)) {
+        return 0;
+    }
+    return outbuf_grow(buf, extra);
+}
+
+static inline int
+outbuf_write(OutBuf *buf, const void *data, Py_ssize_t size)
+{
+    if (outbuf_reserve(buf, size) < 0) {
+        return -1;
+    }
+    memcpy(buf->pos, data, (size_t)size);
+    buf->pos += size;
+    return 0;
+}
+
+/* Roll back to an earlier length (used to undo a failed, partial write). */
+static inline void
+outbuf_truncate(OutBuf *buf, Py_ssize_t length)
+{
+    buf->pos = buf->start + length;
+}
+
+#endif /* SPANPACK_OUTBUF_H */

@@ -1,0 +1,1171 @@
+/* The general msgpack Packer: packing rules identical to msgpack-python's
+ * Packer (same type checks in the same order, same encodings, same exception
+ * types), the Packer heap type, and the module-level packb(). */
+#include "packer.h"
+
+#include "mpwrite.h"
+
+/* pack_value() returns this when `obj` is not packable as-is and the caller
+ * should hand it to the `default` callable. */
+#define PACK_TRY_DEFAULT 1
+
+static int pack_value(const PackOptions *options, OutBuf *buf, PyObject *obj, int will_default,
+                      int nest_limit);
+
+/* ---------------------------------------------------------------------------
+ * Scalars */
+
+static int
+pack_int(OutBuf *buf, PyObject *obj, int will_default)
+{
+    int overflow;
+    long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow == 0) {
+        if (value == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        return mp_write_int(buf, (int64_t)value);
+    }
+    if (overflow > 0) {
+        unsigned long long uvalue = PyLong_AsUnsignedLongLong(obj);
+        if (!(uvalue == (unsigned long long)-1 && PyErr_Occurred())) {
+            return mp_write_uint(buf, (uint64_t)uvalue);
+        }
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    }
+    if (will_default) {
+        return PACK_TRY_DEFAULT;
+    }
+    PyErr_SetString(PyExc_OverflowError, "Integer value out of range");
+    return -1;
+}
+
+static int
+pack_float(const PackOptions *options, OutBuf *buf, double value)
+{
+    if (!options->use_single_float) {
+        return mp_write_double(buf, value);
+    }
+    if (outbuf_reserve(buf, 5) < 0) {
+        return -1;
+    }
+    /* The C API's packer (not a bare cast) so that values beyond float range
+     * raise OverflowError exactly as msgpack-python does. */
+#if PY_VERSION_HEX >= 0x030B0000
+    if (PyFloat_Pack4(value, buf->pos + 1, 0) < 0) {
+        return -1;
+    }
+#else
+    if (_PyFloat_Pack4(value, (unsigned char *)buf->pos + 1, 0) < 0) {
+        return -1;
+    }
+#endif
+    buf->pos[0] = (char)0xca;
+    buf->pos += 5;
+    return 0;
+}
+
+static int
+raise_too_large(const char *what)
+{
+    PyErr_Format(PyExc_ValueError, "%s is too large", what);
+    return -1;
+}
+
+/* str and bytes bodies share this: header per use_bin_type, then the body. */
+static int
+pack_raw(const PackOptions *options, OutBuf *buf, const char *data, Py_ssize_t size, int as_bin)
+{
+    if (outbuf_reserve(buf, size + 5) < 0) {
+        return -1;
+    }
+    if (as_bin && options->use_bin_type) {
+        mp_put_bin_header(buf, (uint32_t)size);
+    }
+    else {
+        mp_put_str_header(buf, (uint32_t)size, options->use_bin_type);
+    }
+    memcpy(buf->pos, data, (size_t)size);
+    buf->pos += size;
+    return 0;
+}
+
+static int
+pack_str(const PackOptions *options, OutBuf *buf, PyObject *obj)
+{
+    const char *data;
+    Py_ssize_t size;
+    if (options->unicode_errors == NULL) {
+        if (PyUnicode_IS_COMPACT_ASCII(obj)) {
+            data = (const char *)PyUnicode_DATA(obj);
+            size = PyUnicode_GET_LENGTH(obj);
+        }
+        else {
+            data = PyUnicode_AsUTF8AndSize(obj, &size);
+            if (data == NULL) {
+                return -1;
+            }
+        }
+        if (size > MP_ITEM_LIMIT) {
+            return raise_too_large("unicode string");
+        }
+        return pack_raw(options, buf, data, size, 0);
+    }
+    PyObject *encoded = PyUnicode_AsEncodedString(obj, "utf-8", options->unicode_errors);
+    if (encoded == NULL) {
+        return -1;
+    }
+    int result;
+    if (PyBytes_GET_SIZE(encoded) > MP_ITEM_LIMIT) {
+        result = raise_too_large("unicode string");
+    }
+    else {
+        result = pack_raw(options, buf, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded), 0);
+    }
+    Py_DECREF(encoded);
+    return result;
+}
+
+static int
+pack_bytes_like(const PackOptions *options, OutBuf *buf, PyObject *obj)
+{
+    const char *data;
+    Py_ssize_t size;
+    if (PyBytes_Check(obj)) {
+        data = PyBytes_AS_STRING(obj);
+        size = PyBytes_GET_SIZE(obj);
+    }
+    else {
+        data = PyByteArray_AS_STRING(obj);
+        size = PyByteArray_GET_SIZE(obj);
+    }
+    if (size > MP_ITEM_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "%.200s object is too large", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    return pack_raw(options, buf, data, size, 1);
+}
+
+static int
+pack_memoryview(const PackOptions *options, OutBuf *buf, PyObject *obj)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    int result;
+    if (view.len > MP_ITEM_LIMIT) {
+        result = raise_too_large("memoryview");
+    }
+    else {
+        result = pack_raw(options, buf, view.buf, view.len, 1);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static int
+pack_ext(OutBuf *buf, long code, const char *data, Py_ssize_t size)
+{
+    if (outbuf_reserve(buf, size + 6) < 0) {
+        return -1;
+    }
+    mp_put_ext_header(buf, (int8_t)code, (uint32_t)size);
+    memcpy(buf->pos, data, (size_t)size);
+    buf->pos += size;
+    return 0;
+}
+
+/* ExtType(code, data): `data` is bytes (ExtType checks it), but read it as any
+ * buffer so that a subclass that skipped the check cannot crash us. */
+static int
+pack_ext_type_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
+{
+    SpanpackState *state = options->state;
+    PyObject *code_obj = NULL, *data_obj = NULL;
+    Py_buffer view = {0};
+    int result = -1;
+
+    data_obj = PyObject_GetAttr(obj, state->str_data);
+    if (data_obj == NULL) {
+        goto error;
+    }
+    code_obj = PyObject_GetAttr(obj, state->str_code);
+    if (code_obj == NULL) {
+        goto error;
+    }
+    long code = PyLong_AsLong(code_obj);
+    if (code == -1 && PyErr_Occurred()) {
+        goto error;
+    }
+    if (PyObject_GetBuffer(data_obj, &view, PyBUF_SIMPLE) < 0) {
+        goto error;
+    }
+    if (view.len > MP_ITEM_LIMIT) {
+        raise_too_large("EXT data");
+        goto error;
+    }
+    result = pack_ext(buf, code, view.buf, view.len);
+error:
+    if (view.obj != NULL) {
+        PyBuffer_Release(&view);
+    }
+    Py_XDECREF(code_obj);
+    Py_XDECREF(data_obj);
+    return result;
+}
+
+static int
+write_timestamp(OutBuf *buf, long long seconds, unsigned long nanoseconds)
+{
+    if (outbuf_reserve(buf, 15) < 0) {
+        return -1;
+    }
+    mp_put_timestamp(buf, (int64_t)seconds, (uint32_t)nanoseconds);
+    return 0;
+}
+
+static int
+pack_timestamp_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
+{
+    SpanpackState *state = options->state;
+    PyObject *seconds_obj = NULL, *nanoseconds_obj = NULL;
+    int result = -1;
+
+    seconds_obj = PyObject_GetAttr(obj, state->str_seconds);
+    if (seconds_obj == NULL) {
+        goto error;
+    }
+    nanoseconds_obj = PyObject_GetAttr(obj, state->str_nanoseconds);
+    if (nanoseconds_obj == NULL) {
+        goto error;
+    }
+    long long seconds = PyLong_AsLongLong(seconds_obj);
+    if (seconds == -1 && PyErr_Occurred()) {
+        goto error;
+    }
+    unsigned long nanoseconds = PyLong_AsUnsignedLong(nanoseconds_obj);
+    if (nanoseconds == (unsigned long)-1 && PyErr_Occurred()) {
+        goto error;
+    }
+    result = write_timestamp(buf, seconds, nanoseconds);
+error:
+    Py_XDECREF(seconds_obj);
+    Py_XDECREF(nanoseconds_obj);
+    return result;
+}
+
+/* An aware datetime as a timestamp: its distance from the Unix epoch. */
+static int
+pack_aware_datetime(const PackOptions *options, OutBuf *buf, PyObject *obj)
+{
+    SpanpackState *state = options->state;
+    PyObject *delta = NULL, *days_obj = NULL, *seconds_obj = NULL, *micros_obj = NULL;
+    int result = -1;
+
+    delta = PyNumber_Subtract(obj, state->epoch);
+    if (delta == NULL) {
+        goto error;
+    }
+    if (Py_TYPE(delta) != (PyTypeObject *)state->timedelta_type) {
+        PyErr_SetString(PyExc_ValueError, "failed to calculate delta");
+        goto error;
+    }
+    days_obj = PyObject_GetAttr(delta, state->str_days);
+    seconds_obj = days_obj ? PyObject_GetAttr(delta, state->str_seconds) : NULL;
+    micros_obj = seconds_obj ? PyObject_GetAttr(delta, state->str_microseconds) : NULL;
+    if (micros_obj == NULL) {
+        goto error;
+    }
+    /* timedelta normalises to |days| <= 999999999, 0 <= seconds < 86400 and
+     * 0 <= microseconds < 10**6, so none of this can overflow. */
+    long long days = PyLong_AsLongLong(days_obj);
+    long long seconds = PyLong_AsLongLong(seconds_obj);
+    long long micros = PyLong_AsLongLong(micros_obj);
+    if (PyErr_Occurred()) {
+        goto error;
+    }
+    result = write_timestamp(buf, days * 86400 + seconds, (unsigned long)(micros * 1000));
+error:
+    Py_XDECREF(delta);
+    Py_XDECREF(days_obj);
+    Py_XDECREF(seconds_obj);
+    Py_XDECREF(micros_obj);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------
+ * Containers.  Each element is held by a strong reference while it is packed:
+ * `default` may run Python code that empties the container. */
+
+static int
+raise_changed_size(const char *what)
+{
+    PyErr_Format(PyExc_RuntimeError, "%s changed size during iteration", what);
+    return -1;
+}
+
+static int
+pack_exact_dict(const PackOptions *options, OutBuf *buf, PyObject *dict, int nest_limit)
+{
+    Py_ssize_t size = PyDict_GET_SIZE(dict);
+    if (size > MP_ITEM_LIMIT) {
+        return raise_too_large("dict");
+    }
+    if (mp_write_map_header(buf, (uint32_t)size) < 0) {
+        return -1;
+    }
+    int result = 0;
+    SP_BEGIN_CRITICAL_SECTION(dict);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        Py_INCREF(key);
+        Py_INCREF(value);
+        result = pack_object(options, buf, key, nest_limit);
+        if (result == 0) {
+            result = pack_object(options, buf, value, nest_limit);
+        }
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (result == 0 && PyDict_GET_SIZE(dict) != size) {
+            result = raise_changed_size("dictionary");
+        }
+        if (result < 0) {
+            break;
+        }
+    }
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+/* Unpack one (key, value) pair produced by a mapping's items(). */
+static int
+pack_item_pair(const PackOptions *options, OutBuf *buf, PyObject *pair, int nest_limit)
+{
+    PyObject *tuple = PySequence_Tuple(pair);
+    if (tuple == NULL) {
+        return -1;
+    }
+    int result = -1;
+    if (PyTuple_GET_SIZE(tuple) != 2) {
+        PyErr_Format(PyExc_ValueError, "expected a (key, value) pair, got %zd items",
+                     PyTuple_GET_SIZE(tuple));
+    }
+    else if (pack_object(options, buf, PyTuple_GET_ITEM(tuple, 0), nest_limit) == 0) {
+        result = pack_object(options, buf, PyTuple_GET_ITEM(tuple, 1), nest_limit);
+    }
+    Py_DECREF(tuple);
+    return result;
+}
+
+/* A map of `size` entries from an iterable of pairs (dict subclasses through
+ * their items(), and Packer.pack_map_pairs). */
+static int
+pack_pairs(const PackOptions *options, OutBuf *buf, PyObject *pairs, Py_ssize_t size,
+           int nest_limit)
+{
+    PyObject *iterator = NULL, *pair = NULL;
+    Py_ssize_t count = 0;
+    int result = -1;
+
+    if (size > MP_ITEM_LIMIT) {
+        raise_too_large("dict");
+        goto error;
+    }
+    if (mp_write_map_header(buf, (uint32_t)size) < 0) {
+        goto error;
+    }
+    iterator = PyObject_GetIter(pairs);
+    if (iterator == NULL) {
+        goto error;
+    }
+    while ((pair = PyIter_Next(iterator)) != NULL) {
+        if (++count > size || pack_item_pair(options, buf, pair, nest_limit) < 0) {
+            break;
+        }
+        Py_CLEAR(pair);
+    }
+    if (PyErr_Occurred()) {
+        goto error;
+    }
+    if (count != size) {
+        raise_changed_size("mapping");
+        goto error;
+    }
+    result = 0;
+error:
+    Py_XDECREF(pair);
+    Py_XDECREF(iterator);
+    return result;
+}
+
+static int
+pack_dict_subclass(const PackOptions *options, OutBuf *buf, PyObject *obj, int nest_limit)
+{
+    Py_ssize_t size = PyObject_Size(obj);
+    if (size < 0) {
+        return -1;
+    }
+    PyObject *items = PyObject_CallMethodObjArgs(obj, options->state->str_items, NULL);
+    if (items == NULL) {
+        return -1;
+    }
+    int result = pack_pairs(options, buf, items, size, nest_limit);
+    Py_DECREF(items);
+    return result;
+}
+
+static int
+pack_exact_list(const PackOptions *options, OutBuf *buf, PyObject *list, int nest_limit)
+{
+    Py_ssize_t size = PyList_GET_SIZE(list);
+    if (size > MP_ITEM_LIMIT) {
+        return raise_too_large("list");
+    }
+    if (mp_write_array_header(buf, (uint32_t)size) < 0) {
+        return -1;
+    }
+    int result = 0;
+    SP_BEGIN_CRITICAL_SECTION(list);
+    for (Py_ssize_t i = 0; i < size; i++) {
+        if (PyList_GET_SIZE(list) != size) {
+            result = raise_changed_size("list");
+            break;
+        }
+        PyObject *item = PyList_GET_ITEM(list, i);
+        Py_INCREF(item);
+        result = pack_object(options, buf, item, nest_limit);
+        Py_DECREF(item);
+        if (result < 0) {
+            break;
+        }
+    }
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+static int
+pack_exact_tuple(const PackOptions *options, OutBuf *buf, PyObject *tuple, int nest_limit)
+{
+    /* A tuple is immutable and our caller holds it, so its items stay alive. */
+    Py_ssize_t size = PyTuple_GET_SIZE(tuple);
+    if (size > MP_ITEM_LIMIT) {
+        return raise_too_large("list");
+    }
+    if (mp_write_array_header(buf, (uint32_t)size) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        if (pack_object(options, buf, PyTuple_GET_ITEM(tuple, i), nest_limit) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* List and tuple subclasses: the header counts ob_size, the items come from
+ * iterating, as in msgpack-python; a mismatch raises instead of writing a
+ * corrupt array. */
+static int
+pack_sequence_subclass(const PackOptions *options, OutBuf *buf, PyObject *obj, int nest_limit)
+{
+    Py_ssize_t size = Py_SIZE(obj);
+    PyObject *iterator = NULL, *item = NULL;
+    Py_ssize_t count = 0;
+    int result = -1;
+
+    if (size > MP_ITEM_LIMIT) {
+        raise_too_large("list");
+        goto error;
+    }
+    if (mp_write_array_header(buf, (uint32_t)size) < 0) {
+        goto error;
+    }
+    iterator = PyObject_GetIter(obj);
+    if (iterator == NULL) {
+        goto error;
+    }
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        if (++count > size || pack_object(options, buf, item, nest_limit) < 0) {
+            break;
+        }
+        Py_CLEAR(item);
+    }
+    if (PyErr_Occurred()) {
+        goto error;
+    }
+    if (count != size) {
+        raise_changed_size("sequence");
+        goto error;
+    }
+    result = 0;
+error:
+    Py_XDECREF(item);
+    Py_XDECREF(iterator);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------
+ * Dispatch */
+
+static int
+is_datetime_with_tzinfo(const PackOptions *options, PyObject *obj, int *has_tzinfo)
+{
+    PyObject *tzinfo = PyObject_GetAttr(obj, options->state->str_tzinfo);
+    if (tzinfo == NULL) {
+        return -1;
+    }
+    *has_tzinfo = tzinfo != Py_None;
+    Py_DECREF(tzinfo);
+    return 0;
+}
+
+/* Everything that is not one of the common exact types, checked in
+ * msgpack-python's order (which decides where subclasses go). */
+static SP_NOINLINE int
+pack_value_slow(const PackOptions *options, OutBuf *buf, PyObject *obj, int will_default,
+                int nest_limit)
+{
+    SpanpackState *state = options->state;
+    const int strict = options->strict_types;
+    PyTypeObject *type = Py_TYPE(obj);
+
+    if (strict ? type == &PyLong_Type : PyLong_Check(obj)) {
+        return pack_int(buf, obj, will_default);
+    }
+    if (strict ? type == &PyFloat_Type : PyFloat_Check(obj)) {
+        return pack_float(options, buf, PyFloat_AS_DOUBLE(obj));
+    }
+    if (strict ? (type == &PyBytes_Type || type == &PyByteArray_Type)
+               : (PyBytes_Check(obj) || PyByteArray_Check(obj))) {
+        return pack_bytes_like(options, buf, obj);
+    }
+    if (strict ? type == &PyUnicode_Type : PyUnicode_Check(obj)) {
+        return pack_str(options, buf, obj);
+    }
+    if (strict ? type == &PyDict_Type : PyDict_Check(obj)) {
+        return PyDict_CheckExact(obj) ? pack_exact_dict(options, buf, obj, nest_limit)
+                                      : pack_dict_subclass(options, buf, obj, nest_limit);
+    }
+    /* ExtType is a tuple subclass, so it must come before tuples. */
+    if (strict ? (PyObject *)type == state->ext_type
+               : PyObject_TypeCheck(obj, (PyTypeObject *)state->ext_type)) {
+        return pack_ext_type_object(options, buf, obj);
+    }
+    if ((PyObject *)type == state->timestamp_type) {
+        return pack_timestamp_object(options, buf, obj);
+    }
+    if (strict ? type == &PyList_Type : (PyList_Check(obj) || PyTuple_Check(obj))) {
+        if (type == &PyList_Type) {
+            return pack_exact_list(options, buf, obj, nest_limit);
+        }
+        if (type == &PyTuple_Type) {
+            return pack_exact_tuple(options, buf, obj, nest_limit);
+        }
+        return pack_sequence_subclass(options, buf, obj, nest_limit);
+    }
+    if (PyMemoryView_Check(obj)) {
+        return pack_memoryview(options, buf, obj);
+    }
+    int is_datetime = options->datetime && (PyObject *)type == state->datetime_type;
+    int has_tzinfo = 0;
+    if (is_datetime && is_datetime_with_tzinfo(options, obj, &has_tzinfo) < 0) {
+        return -1;
+    }
+    if (is_datetime && has_tzinfo) {
+        return pack_aware_datetime(options, buf, obj);
+    }
+    if (will_default) {
+        return PACK_TRY_DEFAULT;
+    }
+    if (is_datetime) {
+        PyErr_Format(PyExc_ValueError, "can not serialize '%.200s' object where tzinfo=None",
+                     type->tp_name);
+        return -1;
+    }
+    PyErr_Format(PyExc_TypeError, "can not serialize '%.200s' object", type->tp_name);
+    return -1;
+}
+
+static inline int
+pack_value(const PackOptions *options, OutBuf *buf, PyObject *obj, int will_default,
+           int nest_limit)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type == &PyUnicode_Type) {
+        return pack_str(options, buf, obj);
+    }
+    if (type == &PyLong_Type) {
+        return pack_int(buf, obj, will_default);
+    }
+    if (type == &PyFloat_Type) {
+        return pack_float(options, buf, PyFloat_AS_DOUBLE(obj));
+    }
+    if (obj == Py_None) {
+        return mp_write_byte(buf, 0xc0);
+    }
+    if (type == &PyBool_Type) {
+        return mp_write_byte(buf, obj == Py_True ? 0xc3 : 0xc2);
+    }
+    if (type == &PyDict_Type) {
+        return pack_exact_dict(options, buf, obj, nest_limit);
+    }
+    if (type == &PyList_Type) {
+        return pack_exact_list(options, buf, obj, nest_limit);
+    }
+    if (type == &PyBytes_Type) {
+        return pack_bytes_like(options, buf, obj);
+    }
+    if (type == &PyTuple_Type && !options->strict_types) {
+        return pack_exact_tuple(options, buf, obj, nest_limit);
+    }
+    return pack_value_slow(options, buf, obj, will_default, nest_limit);
+}
+
+int
+pack_object(const PackOptions *options, OutBuf *buf, PyObject *obj, int nest_limit)
+{
+    if (nest_limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "recursion limit exceeded.");
+        return -1;
+    }
+    nest_limit--;
+    if (options->default_fn == NULL) {
+        return pack_value(options, buf, obj, 0, nest_limit);
+    }
+    int result = pack_value(options, buf, obj, 1, nest_limit);
+    if (result != PACK_TRY_DEFAULT) {
+        return result;
+    }
+    PyObject *replacement = PyObject_CallOneArg(options->default_fn, obj);
+    if (replacement == NULL) {
+        return -1;
+    }
+    result = pack_value(options, buf, replacement, 0, nest_limit);
+    Py_DECREF(replacement);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------
+ * Options shared by Packer() and packb() */
+
+typedef struct {
+    PyObject *default_fn;
+    PyObject *use_single_float;
+    PyObject *autoreset;
+    PyObject *use_bin_type;
+    PyObject *strict_types;
+    PyObject *datetime;
+    PyObject *unicode_errors;
+    PyObject *buf_size;
+} OptionArgs; /* borrowed references; NULL when not given */
+
+#define PACKER_DEFAULT_BUF_SIZE 1024
+
+static int
+flag_value(PyObject *arg, int default_value, int *out)
+{
+    if (arg == NULL) {
+        *out = default_value;
+        return 0;
+    }
+    int truth = PyObject_IsTrue(arg);
+    if (truth < 0) {
+        return -1;
+    }
+    *out = truth;
+    return 0;
+}
+
+/* Validate arguments into `options`.  On success *unicode_errors_out is the
+ * str that options->unicode_errors points into (borrowed), or NULL. */
+static int
+options_from_args(SpanpackState *state, const OptionArgs *args, PackOptions *options,
+                  int *autoreset, Py_ssize_t *buf_size, PyObject **unicode_errors_out)
+{
+    memset(options, 0, sizeof *options);
+    options->state = state;
+    if (args->default_fn != NULL && args->default_fn != Py_None) {
+        if (!PyCallable_Check(args->default_fn)) {
+            PyErr_SetString(PyExc_TypeError, "default must be a callable.");
+            return -1;
+        }
+        options->default_fn = args->default_fn;
+    }
+    if (flag_value(args->use_single_float, 0, &options->use_single_float) < 0 ||
+        flag_value(args->use_bin_type, 1, &options->use_bin_type) < 0 ||
+        flag_value(args->strict_types, 0, &options->strict_types) < 0 ||
+        flag_value(args->datetime, 0, &options->datetime) < 0 ||
+        flag_value(args->autoreset, 1, autoreset) < 0) {
+        return -1;
+    }
+    *unicode_errors_out = NULL;
+    if (args->unicode_errors != NULL && args->unicode_errors != Py_None) {
+        if (!PyUnicode_Check(args->unicode_errors)) {
+            PyErr_SetString(PyExc_TypeError, "unicode_errors must be a str or None");
+            return -1;
+        }
+        options->unicode_errors = PyUnicode_AsUTF8(args->unicode_errors);
+        if (options->unicode_errors == NULL) {
+            return -1;
+        }
+        *unicode_errors_out = args->unicode_errors;
+    }
+    *buf_size = PACKER_DEFAULT_BUF_SIZE;
+    if (args->buf_size != NULL && args->buf_size != Py_None) {
+        Py_ssize_t size = PyLong_AsSsize_t(args->buf_size);
+        if (size == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (size < 0) {
+            PyErr_SetString(PyExc_ValueError, "buf_size must be non-negative");
+            return -1;
+        }
+        *buf_size = size;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Packer type */
+
+typedef struct {
+    PyObject_HEAD
+    PackOptions options;     /* options.default_fn borrows default_fn below */
+    PyObject *default_fn;    /* strong reference or NULL */
+    PyObject *unicode_errors; /* keeps options.unicode_errors' text alive */
+    OutBuf buf;
+    Py_ssize_t exports; /* live buffer-protocol views of `buf` */
+    int autoreset;
+} PackerObject;
+
+static PyObject *
+packer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    SpanpackState *state = spanpack_state_from_type(type);
+    if (state == NULL) {
+        return NULL;
+    }
+    PackerObject *self = (PackerObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->options.state = state;
+    self->options.use_bin_type = 1;
+    self->autoreset = 1;
+    if (outbuf_init_raw(&self->buf, PACKER_DEFAULT_BUF_SIZE) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+packer_check_exports(PackerObject *self)
+{
+    if (self->exports > 0) {
+        PyErr_SetString(PyExc_BufferError,
+                        "Existing exports of data: Packer cannot be changed");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+packer_init(PackerObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"default",      "use_single_float", "autoreset",
+                               "use_bin_type", "strict_types",     "datetime",
+                               "unicode_errors", "buf_size",       NULL};
+    OptionArgs option_args = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOO:Packer", keywords,
+                                     &option_args.default_fn, &option_args.use_single_float,
+                                     &option_args.autoreset, &option_args.use_bin_type,
+                                     &option_args.strict_types, &option_args.datetime,
+                                     &option_args.unicode_errors, &option_args.buf_size)) {
+        return -1;
+    }
+    int result = -1;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    PackOptions options;
+    int autoreset;
+    Py_ssize_t buf_size;
+    PyObject *unicode_errors;
+    if (packer_check_exports(self) == 0 &&
+        options_from_args(self->options.state, &option_args, &options, &autoreset, &buf_size,
+                          &unicode_errors) == 0) {
+        Py_XINCREF(options.default_fn);
+        Py_XSETREF(self->default_fn, options.default_fn);
+        Py_XINCREF(unicode_errors);
+        Py_XSETREF(self->unicode_errors, unicode_errors);
+        self->options = options;
+        self->autoreset = autoreset;
+        if (buf_size > outbuf_capacity(&self->buf) && outbuf_len(&self->buf) == 0) {
+            result = outbuf_grow(&self->buf, buf_size);
+        }
+        else {
+            result = 0;
+        }
+    }
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+static int
+packer_traverse(PackerObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->default_fn);
+    return 0;
+}
+
+static int
+packer_clear(PackerObject *self)
+{
+    self->options.default_fn = NULL;
+    Py_CLEAR(self->default_fn);
+    return 0;
+}
+
+static void
+packer_dealloc(PackerObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    packer_clear(self);
+    self->options.unicode_errors = NULL;
+    Py_CLEAR(self->unicode_errors);
+    outbuf_free(&self->buf);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+/* The common tail of every writing method: with autoreset, hand the buffer's
+ * contents out as bytes and empty it; otherwise return None. */
+static PyObject *
+packer_result(PackerObject *self)
+{
+    if (!self->autoreset) {
+        Py_RETURN_NONE;
+    }
+    PyObject *result = PyBytes_FromStringAndSize(self->buf.start, outbuf_len(&self->buf));
+    outbuf_truncate(&self->buf, 0);
+    return result;
+}
+
+static PyObject *
+packer_pack(PackerObject *self, PyObject *obj)
+{
+    PyObject *result = NULL;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    if (packer_check_exports(self) == 0) {
+        /* A failed pack leaves earlier (autoreset=False) output untouched. */
+        Py_ssize_t before = outbuf_len(&self->buf);
+        if (pack_object(&self->options, &self->buf, obj, PACK_NEST_LIMIT) == 0) {
+            result = packer_result(self);
+        }
+        else {
+            outbuf_truncate(&self->buf, before);
+        }
+    }
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+/* size argument of pack_array_header / pack_map_header. */
+static int
+header_size_arg(PyObject *arg, const char *what, uint32_t *size)
+{
+    long long value = PyLong_AsLongLong(arg);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (value < 0) {
+        PyErr_Format(PyExc_ValueError, "%s size must be non-negative", what);
+        return -1;
+    }
+    if (value > MP_ITEM_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "%s too large", what);
+        return -1;
+    }
+    *size = (uint32_t)value;
+    return 0;
+}
+
+static PyObject *
+packer_pack_header(PackerObject *self, PyObject *arg, int is_map)
+{
+    PyObject *result = NULL;
+    uint32_t size;
+    if (header_size_arg(arg, is_map ? "map" : "array", &size) < 0) {
+        return NULL;
+    }
+    SP_BEGIN_CRITICAL_SECTION(self);
+    if (packer_check_exports(self) == 0 &&
+        (is_map ? mp_write_map_header(&self->buf, size)
+                : mp_write_array_header(&self->buf, size)) == 0) {
+        result = packer_result(self);
+    }
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+static PyObject *
+packer_pack_array_header(PackerObject *self, PyObject *arg)
+{
+    return packer_pack_header(self, arg, 0);
+}
+
+static PyObject *
+packer_pack_map_header(PackerObject *self, PyObject *arg)
+{
+    return packer_pack_header(self, arg, 1);
+}
+
+static PyObject *
+packer_pack_map_pairs(PackerObject *self, PyObject *pairs)
+{
+    Py_ssize_t size = PyObject_Size(pairs);
+    if (size < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    if (packer_check_exports(self) == 0) {
+        Py_ssize_t before = outbuf_len(&self->buf);
+        /* Keys and values nest one level below the map, as in pack(). */
+        if (pack_pairs(&self->options, &self->buf, pairs, size, PACK_NEST_LIMIT) == 0) {
+            result = packer_result(self);
+        }
+        else {
+            outbuf_truncate(&self->buf, before);
+        }
+    }
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+static PyObject *
+packer_pack_ext_type(PackerObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "pack_ext_type() takes exactly 2 arguments (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    long code = PyLong_AsLong(args[0]);
+    if (code == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (code < -128 || code > 127) {
+        PyErr_SetString(PyExc_OverflowError, "value too large to convert to char");
+        return NULL;
+    }
+    PyObject *data = args[1];
+    Py_buffer view = {0};
+    const char *bytes;
+    Py_ssize_t size;
+    if (PyUnicode_Check(data)) {
+        bytes = PyUnicode_AsUTF8AndSize(data, &size);
+        if (bytes == NULL) {
+            return NULL;
+        }
+    }
+    else {
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+            return NULL;
+        }
+        bytes = view.buf;
+        size = view.len;
+    }
+    PyObject *result = NULL;
+    if (size > MP_ITEM_LIMIT) {
+        PyErr_SetString(PyExc_ValueError, "ext data too large");
+    }
+    else {
+        SP_BEGIN_CRITICAL_SECTION(self);
+        if (packer_check_exports(self) == 0 && pack_ext(&self->buf, code, bytes, size) == 0) {
+            result = packer_result(self);
+        }
+        SP_END_CRITICAL_SECTION();
+    }
+    if (view.obj != NULL) {
+        PyBuffer_Release(&view);
+    }
+    return result;
+}
+
+static PyObject *
+packer_reset(PackerObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *result = NULL;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    if (packer_check_exports(self) == 0) {
+        outbuf_truncate(&self->buf, 0);
+        result = Py_NewRef(Py_None);
+    }
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+static PyObject *
+packer_bytes(PackerObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *result;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    result = PyBytes_FromStringAndSize(self->buf.start, outbuf_len(&self->buf));
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+static PyObject *
+packer_getbuffer(PackerObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyMemoryView_FromObject((PyObject *)self);
+}
+
+static int
+packer_getbuffer_slot(PackerObject *self, Py_buffer *view, int flags)
+{
+    int result;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    result = PyBuffer_FillInfo(view, (PyObject *)self, self->buf.start, outbuf_len(&self->buf),
+                               1, flags);
+    if (result == 0) {
+        self->exports++;
+    }
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+static void
+packer_releasebuffer_slot(PackerObject *self, Py_buffer *view)
+{
+    (void)view;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    self->exports--;
+    SP_END_CRITICAL_SECTION();
+}
+
+static PyMethodDef packer_methods[] = {
+    {"pack", (PyCFunction)packer_pack, METH_O,
+     "pack(obj) -> bytes or None\n\nPack obj; return the bytes with autoreset, else None."},
+    {"pack_array_header", (PyCFunction)packer_pack_array_header, METH_O,
+     "pack_array_header(n): write an array header for n items."},
+    {"pack_map_header", (PyCFunction)packer_pack_map_header, METH_O,
+     "pack_map_header(n): write a map header for n pairs."},
+    {"pack_map_pairs", (PyCFunction)packer_pack_map_pairs, METH_O,
+     "pack_map_pairs(pairs): write a map from a sized iterable of (key, value) pairs."},
+    {"pack_ext_type", (PyCFunction)(void (*)(void))packer_pack_ext_type, METH_FASTCALL,
+     "pack_ext_type(code, data): write an ext value."},
+    {"reset", (PyCFunction)packer_reset, METH_NOARGS, "Empty the internal buffer."},
+    {"bytes", (PyCFunction)packer_bytes, METH_NOARGS,
+     "Return the internal buffer's contents as bytes."},
+    {"getbuffer", (PyCFunction)packer_getbuffer, METH_NOARGS,
+     "Return a memoryview of the internal buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(packer_doc,
+             "Packer(*, default=None, use_single_float=False, autoreset=True, "
+             "use_bin_type=True, strict_types=False, datetime=False, unicode_errors=None, "
+             "buf_size=None)\n\n"
+             "msgpack serializer with the options, methods and output of msgpack-python's "
+             "Packer.");
+
+static PyType_Slot packer_slots[] = {
+    {Py_tp_doc, (void *)packer_doc},
+    {Py_tp_new, packer_new},
+    {Py_tp_init, packer_init},
+    {Py_tp_dealloc, packer_dealloc},
+    {Py_tp_traverse, packer_traverse},
+    {Py_tp_clear, packer_clear},
+    {Py_tp_methods, packer_methods},
+    {Py_bf_getbuffer, packer_getbuffer_slot},
+    {Py_bf_releasebuffer, packer_releasebuffer_slot},
+    {0, NULL},
+};
+
+static PyType_Spec packer_spec = {
+    .name = "spanpack.Packer",
+    .basicsize = sizeof(PackerObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = packer_slots,
+};
+
+/* ---------------------------------------------------------------------------
+ * packb(obj, **options) */
+
+#define PACKB_INITIAL_CAPACITY 128
+
+static int
+packb_parse_kwargs(PyObject *const *values, PyObject *kwnames, OptionArgs *args)
+{
+    static const char *const names[] = {"default",      "use_single_float", "autoreset",
+                                        "use_bin_type", "strict_types",     "datetime",
+                                        "unicode_errors", "buf_size"};
+    PyObject **slots[] = {&args->default_fn,   &args->use_single_float, &args->autoreset,
+                          &args->use_bin_type, &args->strict_types,     &args->datetime,
+                          &args->unicode_errors, &args->buf_size};
+    Py_ssize_t count = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        size_t j = 0;
+        while (j < sizeof names / sizeof names[0] &&
+               PyUnicode_CompareWithASCIIString(name, names[j]) != 0) {
+            j++;
+        }
+        if (j == sizeof names / sizeof names[0]) {
+            PyErr_Format(PyExc_TypeError, "packb() got an unexpected keyword argument '%U'",
+                         name);
+            return -1;
+        }
+        *slots[j] = values[i];
+    }
+    return 0;
+}
+
+PyObject *
+spanpack_packb(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "packb() takes exactly 1 positional argument (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    PackOptions options;
+    OptionArgs option_args = {0};
+    int autoreset;
+    Py_ssize_t buf_size;
+    PyObject *unicode_errors;
+    OutBuf buf;
+    if (packb_parse_kwargs(args + nargs, kwnames, &option_args) < 0 ||
+        options_from_args(spanpack_state_from_module(module), &option_args, &options,
+                          &autoreset, &buf_size, &unicode_errors) < 0) {
+        return NULL;
+    }
+    if (outbuf_init_bytes(&buf, PACKB_INITIAL_CAPACITY) < 0) {
+        return NULL;
+    }
+    if (pack_object(&options, &buf, args[0], PACK_NEST_LIMIT) < 0) {
+        outbuf_free(&buf);
+        return NULL;
+    }
+    return outbuf_finish_bytes(&buf);
+}
+
+int
+packer_module_init(PyObject *module, SpanpackState *state)
+{
+    state->packer_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &packer_spec, NULL);
+    if (state->packer_type == NULL) {
+        return -1;
+    }
+    return PyModule_AddType(module, state->packer_type);
+}
