@@ -9,7 +9,7 @@ import shlex
 
 from setuptools import Extension, setup
 
-extra_compile_args = ["-std=c99", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+extra_compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 extra_link_args = []
 if os.environ.get("SPANPACK_DEBUG"):
     extra_compile_args += ["-O0", "-g3", "-UNDEBUG"]

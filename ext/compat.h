@@ -18,6 +18,16 @@ Py_XNewRef(PyObject *o)
     Py_XINCREF(o);
     return o;
 }
+static inline int
+PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
+{
+    Py_INCREF(value);
+    if (PyModule_AddObject(module, name, value) < 0) {
+        Py_DECREF(value);
+        return -1;
+    }
+    return 0;
+}
 #endif
 
 /* Critical sections only exist (and only matter) from 3.13; under the GIL the

@@ -40,6 +40,11 @@ intern_names(SpanpackState *state)
         {&state->str_tzinfo, "tzinfo"},
         {&state->str_days, "days"},
         {&state->str_microseconds, "microseconds"},
+        {&state->str_empty, ""},
+        {&state->str_origin_key, "_dd.origin"},
+        {&state->str_trace_id_high_key, "_dd.p.tid"},
+        {&state->str_span_links_key, "_dd.span_links"},
+        {&state->str_events_key, "events"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         *names[i].slot = PyUnicode_InternFromString(names[i].text);
@@ -99,14 +104,17 @@ spanpack_exec(PyObject *module)
     if (intern_names(state) < 0 || init_datetime_support(state) < 0 ||
         import_attribute("spanpack._ext", "ExtType", &state->ext_type) < 0 ||
         import_attribute("spanpack._ext", "Timestamp", &state->timestamp_type) < 0 ||
-        import_attribute("json", "dumps", &state->json_dumps) < 0) {
+        import_attribute("spanpack._extras", "links_for_v04", &state->links_for_v04) < 0 ||
+        import_attribute("spanpack._extras", "links_json", &state->links_json) < 0 ||
+        import_attribute("spanpack._extras", "events_for_v04", &state->events_for_v04) < 0 ||
+        import_attribute("spanpack._extras", "events_json", &state->events_json) < 0) {
         return -1;
     }
     if (!PyType_Check(state->ext_type) || !PyType_Check(state->timestamp_type)) {
         PyErr_SetString(PyExc_TypeError, "spanpack._ext.ExtType and Timestamp must be classes");
         return -1;
     }
-    if (packer_module_init(module, state) < 0) {
+    if (packer_module_init(module, state) < 0 || trace_encoder_module_init(module, state) < 0) {
         return -1;
     }
     return 0;
@@ -124,7 +132,10 @@ spanpack_exec(PyObject *module)
     X(epoch)                                                                                   \
     X(buffer_full_error)                                                                       \
     X(buffer_item_too_large_error)                                                             \
-    X(json_dumps)                                                                              \
+    X(links_for_v04)                                                                           \
+    X(links_json)                                                                              \
+    X(events_for_v04)                                                                          \
+    X(events_json)                                                                             \
     X(str_items)                                                                               \
     X(str_code)                                                                                \
     X(str_data)                                                                                \
@@ -132,7 +143,12 @@ spanpack_exec(PyObject *module)
     X(str_nanoseconds)                                                                         \
     X(str_tzinfo)                                                                              \
     X(str_days)                                                                                \
-    X(str_microseconds)
+    X(str_microseconds)                                                                        \
+    X(str_empty)                                                                               \
+    X(str_origin_key)                                                                          \
+    X(str_trace_id_high_key)                                                                   \
+    X(str_span_links_key)                                                                      \
+    X(str_events_key)
 
 static int
 spanpack_traverse(PyObject *module, visitproc visit, void *arg)

@@ -26,8 +26,11 @@ typedef struct {
     PyObject *buffer_full_error;
     PyObject *buffer_item_too_large_error;
 
-    /* json.dumps, for span links and events that travel as JSON in meta. */
-    PyObject *json_dumps;
+    /* Converters for span links and events (spanpack/_extras.py). */
+    PyObject *links_for_v04;
+    PyObject *links_json;
+    PyObject *events_for_v04;
+    PyObject *events_json;
 
     /* Interned attribute names. */
     PyObject *str_items;
@@ -38,6 +41,12 @@ typedef struct {
     PyObject *str_tzinfo;
     PyObject *str_days;
     PyObject *str_microseconds;
+    /* Span payload strings. */
+    PyObject *str_empty;
+    PyObject *str_origin_key;
+    PyObject *str_trace_id_high_key;
+    PyObject *str_span_links_key;
+    PyObject *str_events_key;
 } SpanpackState;
 
 extern PyModuleDef spanpack_module_def;

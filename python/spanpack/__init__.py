@@ -1,10 +1,25 @@
 """spanpack: fast msgpack encoding of tracing spans into Datadog agent payloads.
 
-The core is the C extension ``spanpack._spanpack``; this package re-exports it.
+The core is the C extension ``spanpack._spanpack``; this package re-exports it
+and adds the thin Python layer (headers, sending).
 """
 
-from ._ext import ExtType, Timestamp
-from ._spanpack import Packer, packb
-
-__all__ = ["ExtType", "Packer", "Timestamp", "packb"]
 __version__ = "0.1.0"
+
+from ._ext import ExtType, Timestamp
+from ._spanpack import BufferFull, BufferItemTooLarge, EncodedTrace, Packer, packb
+from .encoder import TraceMsgPackEncoder, payload_headers
+from .transport import send
+
+__all__ = [
+    "BufferFull",
+    "BufferItemTooLarge",
+    "EncodedTrace",
+    "ExtType",
+    "Packer",
+    "Timestamp",
+    "TraceMsgPackEncoder",
+    "packb",
+    "payload_headers",
+    "send",
+]

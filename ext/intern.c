@@ -1,0 +1,243 @@
+/* String interning: the v0.4 encoded-string cache and the v0.5 string table. */
+#include "intern.h"
+
+/* ---- v0.4 encoded-string cache ---- */
+
+int
+strcache_init(EncodedStrCache *cache)
+{
+    memset(cache, 0, sizeof *cache);
+    cache->slots = PyMem_Calloc(STRCACHE_SLOTS, sizeof(StrCacheSlot));
+    cache->arena = PyMem_Malloc(STRCACHE_ARENA_BYTES);
+    if (cache->slots == NULL || cache->arena == NULL) {
+        strcache_free(cache);
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+void
+strcache_clear(EncodedStrCache *cache)
+{
+    if (cache->slots == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < STRCACHE_SLOTS; i++) {
+        Py_CLEAR(cache->slots[i].key);
+    }
+    cache->used = 0;
+    cache->arena_used = 0;
+}
+
+void
+strcache_free(EncodedStrCache *cache)
+{
+    strcache_clear(cache);
+    PyMem_Free(cache->slots);
+    PyMem_Free(cache->arena);
+    cache->slots = NULL;
+    cache->arena = NULL;
+}
+
+void
+strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size)
+{
+    if (cache->slots == NULL || size > STRCACHE_MAX_ENTRY) {
+        return;
+    }
+    /* Keep the table at most half full so probes stay short; when it or the
+     * arena is exhausted, start over rather than track recency. */
+    if (cache->used >= STRCACHE_SLOTS / 2 || cache->arena_used + size > STRCACHE_ARENA_BYTES) {
+        strcache_clear(cache);
+    }
+    size_t i = strcache_slot_of(cache, key);
+    while (cache->slots[i].key != NULL) {
+        if (cache->slots[i].key == key) {
+            return;
+        }
+        i = (i + 1) & (STRCACHE_SLOTS - 1);
+    }
+    memcpy(cache->arena + cache->arena_used, encoded, (size_t)size);
+    cache->slots[i].key = Py_NewRef(key);
+    cache->slots[i].offset = (uint32_t)cache->arena_used;
+    cache->slots[i].size = (uint32_t)size;
+    cache->arena_used += size;
+    cache->used++;
+}
+
+/* ---- v0.5 string table ---- */
+
+#define STRTABLE_INITIAL_CAPACITY 64
+#define STRTABLE_KEEP_CAPACITY 4096
+
+/* Keys are exact str or exact bytes; a str never equals a bytes. */
+static int
+key_equal(PyObject *a, PyObject *b)
+{
+    if (a == b) {
+        return 1;
+    }
+    if (Py_TYPE(a) != Py_TYPE(b)) {
+        return 0;
+    }
+    if (PyBytes_CheckExact(a)) {
+        return PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
+               memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b),
+                      (size_t)PyBytes_GET_SIZE(a)) == 0;
+    }
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    if (length != PyUnicode_GET_LENGTH(b) || PyUnicode_KIND(a) != PyUnicode_KIND(b)) {
+        return 0;
+    }
+    return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b),
+                  (size_t)length * PyUnicode_KIND(a)) == 0;
+}
+
+static int
+strtable_alloc(StringTable *table, uint32_t capacity)
+{
+    size_t slots = 1;
+    while (slots < (size_t)capacity * 2) {
+        slots <<= 1;
+    }
+    PyObject **strings = PyMem_Realloc(table->strings, capacity * sizeof(PyObject *));
+    if (strings == NULL) {
+        return -1;
+    }
+    table->strings = strings;
+    Py_hash_t *hashes = PyMem_Realloc(table->hashes, capacity * sizeof(Py_hash_t));
+    if (hashes == NULL) {
+        return -1;
+    }
+    table->hashes = hashes;
+    uint32_t *index_of = PyMem_Calloc(slots, sizeof(uint32_t));
+    if (index_of == NULL) {
+        return -1;
+    }
+    PyMem_Free(table->index_of);
+    table->index_of = index_of;
+    table->mask = slots - 1;
+    table->capacity = capacity;
+    return 0;
+}
+
+static void
+strtable_insert_slot(StringTable *table, uint32_t index)
+{
+    size_t i = (size_t)table->hashes[index] & table->mask;
+    while (table->index_of[i] != 0) {
+        i = (i + 1) & table->mask;
+    }
+    table->index_of[i] = index + 1;
+}
+
+/* Rebuild the hash index from the entries (after growth or rollback). */
+static void
+strtable_rehash(StringTable *table)
+{
+    memset(table->index_of, 0, (table->mask + 1) * sizeof(uint32_t));
+    for (uint32_t index = 0; index < table->count; index++) {
+        strtable_insert_slot(table, index);
+    }
+}
+
+int
+strtable_init(StringTable *table, Py_ssize_t encoded_capacity)
+{
+    memset(table, 0, sizeof *table);
+    if (outbuf_init_raw(&table->encoded, encoded_capacity) < 0) {
+        return -1;
+    }
+    if (strtable_alloc(table, STRTABLE_INITIAL_CAPACITY) < 0) {
+        strtable_free(table);
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+void
+strtable_free(StringTable *table)
+{
+    for (uint32_t i = 0; i < table->count; i++) {
+        Py_DECREF(table->strings[i]);
+    }
+    PyMem_Free(table->strings);
+    PyMem_Free(table->hashes);
+    PyMem_Free(table->index_of);
+    if (table->encoded.start != NULL) {
+        outbuf_free(&table->encoded);
+    }
+    memset(table, 0, sizeof *table);
+}
+
+int
+strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, void *arg,
+               uint32_t *index)
+{
+    Py_hash_t hash = PyObject_Hash(str);
+    if (hash == -1) {
+        return -1;
+    }
+    size_t i = (size_t)hash & table->mask;
+    uint32_t entry;
+    while ((entry = table->index_of[i]) != 0) {
+        uint32_t candidate = entry - 1;
+        if (table->hashes[candidate] == hash &&
+            key_equal(table->strings[candidate], str)) {
+            *index = candidate;
+            return 0;
+        }
+        i = (i + 1) & table->mask;
+    }
+    if (table->count == UINT32_MAX - 1) {
+        PyErr_SetString(PyExc_ValueError, "string table is full");
+        return -1;
+    }
+    Py_ssize_t encoded_before = outbuf_len(&table->encoded);
+    if (encode != NULL && encode(arg, str, &table->encoded) < 0) {
+        outbuf_truncate(&table->encoded, encoded_before);
+        return -1;
+    }
+    if (table->count == table->capacity) {
+        if (strtable_alloc(table, table->capacity * 2) < 0) {
+            outbuf_truncate(&table->encoded, encoded_before);
+            PyErr_NoMemory();
+            return -1;
+        }
+        strtable_rehash(table);
+    }
+    uint32_t new_index = table->count++;
+    table->strings[new_index] = Py_NewRef(str);
+    table->hashes[new_index] = hash;
+    strtable_insert_slot(table, new_index);
+    *index = new_index;
+    return 0;
+}
+
+void
+strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len)
+{
+    if (count >= table->count) {
+        return;
+    }
+    for (uint32_t i = count; i < table->count; i++) {
+        Py_DECREF(table->strings[i]);
+    }
+    table->count = count;
+    outbuf_truncate(&table->encoded, encoded_len);
+    strtable_rehash(table);
+}
+
+void
+strtable_reset(StringTable *table)
+{
+    strtable_rollback(table, 0, 0);
+    if (table->capacity > STRTABLE_KEEP_CAPACITY &&
+        strtable_alloc(table, STRTABLE_INITIAL_CAPACITY) < 0) {
+        /* Keeping the larger arrays is harmless; the index still fits. */
+        strtable_rehash(table);
+    }
+    outbuf_shrink_capacity(&table->encoded, 64 * 1024);
+}

@@ -1,0 +1,226 @@
+/* Joining encoded traces into v0.4 and v0.5 payloads. */
+#include "payload.h"
+
+/* The first two entries of every v0.5 string table, as in the reference
+ * tracer: "" (also what None maps to) and the origin key. */
+static int
+seed_table(StringTable *table, SpanpackState *state, strtable_encode_fn encode)
+{
+    uint32_t index;
+    if (strtable_index(table, state->str_empty, encode, NULL, &index) < 0 ||
+        strtable_index(table, state->str_origin_key, encode, NULL, &index) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* A table entry: its text as a msgpack str (keys are exact str or bytes,
+ * validated as UTF-8 when the trace was encoded). */
+static int
+encode_table_entry(void *arg, PyObject *key, OutBuf *out)
+{
+    (void)arg;
+    const char *utf8;
+    Py_ssize_t size;
+    if (PyBytes_CheckExact(key)) {
+        utf8 = PyBytes_AS_STRING(key);
+        size = PyBytes_GET_SIZE(key);
+    }
+    else {
+        utf8 = PyUnicode_AsUTF8AndSize(key, &size);
+        if (utf8 == NULL) {
+            return -1;
+        }
+    }
+    return mp_write_str(out, utf8, size, 1);
+}
+
+int
+part_init(EncodedPart *part, SpanpackState *state, int version)
+{
+    memset(part, 0, sizeof *part);
+    if (outbuf_init_raw(&part->body, 4096) < 0) {
+        return -1;
+    }
+    if (version == 5 && (strtable_init(&part->strings, 1) < 0 ||
+                         seed_table(&part->strings, state, NULL) < 0)) {
+        part_free(part);
+        return -1;
+    }
+    return 0;
+}
+
+void
+part_reset(EncodedPart *part)
+{
+    outbuf_truncate(&part->body, 0);
+    part->holes.count = 0;
+    if (part->strings.strings != NULL) {
+        strtable_rollback(&part->strings, 2, 0);
+    }
+}
+
+void
+part_free(EncodedPart *part)
+{
+    if (part->body.start != NULL) {
+        outbuf_free(&part->body);
+    }
+    if (part->strings.strings != NULL) {
+        strtable_free(&part->strings);
+    }
+    holes_free(&part->holes);
+}
+
+int
+payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity)
+{
+    memset(payload, 0, sizeof *payload);
+    payload->version = version;
+    if (capacity < PAYLOAD_PREFIX_RESERVE + 64) {
+        capacity = PAYLOAD_PREFIX_RESERVE + 64;
+    }
+    if (outbuf_init_bytes(&payload->body, capacity) < 0) {
+        return -1;
+    }
+    payload->body.pos += PAYLOAD_PREFIX_RESERVE;
+    if (version == 5 && (strtable_init(&payload->table, 1024) < 0 ||
+                         seed_table(&payload->table, state, encode_table_entry) < 0)) {
+        payload_free(payload);
+        return -1;
+    }
+    return 0;
+}
+
+void
+payload_free(PayloadBuilder *payload)
+{
+    if (payload->body.bytes != NULL) {
+        outbuf_free(&payload->body);
+    }
+    if (payload->table.strings != NULL) {
+        strtable_free(&payload->table);
+    }
+}
+
+/* Everything in front of the traces: for v0.5 `92`, the table and its header. */
+static Py_ssize_t
+payload_prefix_size(const PayloadBuilder *payload)
+{
+    Py_ssize_t size = array_header_size(payload->trace_count);
+    if (payload->version == 5) {
+        size += 1 + array_header_size(payload->table.count) + outbuf_len(&payload->table.encoded);
+    }
+    return size;
+}
+
+Py_ssize_t
+payload_size(const PayloadBuilder *payload)
+{
+    return payload_prefix_size(payload) + outbuf_len(&payload->body) - PAYLOAD_PREFIX_RESERVE;
+}
+
+PayloadMark
+payload_mark(const PayloadBuilder *payload)
+{
+    PayloadMark mark = {outbuf_len(&payload->body), payload->table.count,
+                        outbuf_len(&payload->table.encoded), payload->trace_count};
+    return mark;
+}
+
+void
+payload_rollback(PayloadBuilder *payload, PayloadMark mark)
+{
+    outbuf_truncate(&payload->body, mark.body_len);
+    if (payload->version == 5) {
+        strtable_rollback(&payload->table, mark.table_count, mark.table_len);
+    }
+    payload->trace_count = mark.trace_count;
+}
+
+/* v0.5: copy the body between holes, writing each hole's payload index. */
+static int
+append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
+{
+    const StringTable *local = &part->strings;
+    uint32_t *index_map = PyMem_Malloc((size_t)local->count * sizeof(uint32_t));
+    if (index_map == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int result = -1;
+    for (uint32_t i = 0; i < local->count; i++) {
+        if (strtable_index(&payload->table, local->strings[i], encode_table_entry, NULL,
+                           &index_map[i]) < 0) {
+            goto error;
+        }
+    }
+    Py_ssize_t body_len = outbuf_len(&part->body);
+    /* Each hole widens to at most MP_MAX_HEADER bytes. */
+    if (outbuf_reserve(&payload->body, body_len + part->holes.count * MP_MAX_HEADER) < 0) {
+        goto error;
+    }
+    Py_ssize_t copied = 0;
+    for (Py_ssize_t h = 0; h < part->holes.count; h++) {
+        const StringHole *hole = &part->holes.items[h];
+        Py_ssize_t run = hole->offset - copied;
+        memcpy(payload->body.pos, part->body.start + copied, (size_t)run);
+        payload->body.pos += run;
+        copied = hole->offset;
+        mp_put_uint(&payload->body, index_map[hole->local_index]);
+    }
+    memcpy(payload->body.pos, part->body.start + copied, (size_t)(body_len - copied));
+    payload->body.pos += body_len - copied;
+    result = 0;
+error:
+    PyMem_Free(index_map);
+    return result;
+}
+
+int
+payload_append(PayloadBuilder *payload, const EncodedPart *part)
+{
+    if (payload->trace_count >= MP_ITEM_LIMIT) {
+        PyErr_SetString(PyExc_ValueError, "too many traces for one payload");
+        return -1;
+    }
+    PayloadMark mark = payload_mark(payload);
+    int result = payload->version == 5
+                     ? append_with_indexes(payload, part)
+                     : outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body));
+    if (result < 0) {
+        if (payload->body.bytes != NULL) {
+            payload_rollback(payload, mark);
+        }
+        return -1;
+    }
+    payload->trace_count++;
+    return 0;
+}
+
+PyObject *
+payload_finish(PayloadBuilder *payload)
+{
+    Py_ssize_t prefix = payload_prefix_size(payload);
+    Py_ssize_t traces_len = outbuf_len(&payload->body) - PAYLOAD_PREFIX_RESERVE;
+    /* Move the traces to just after the prefix, in place (growing the bytes
+     * object first when the prefix is larger than the reserved gap). */
+    if (prefix > PAYLOAD_PREFIX_RESERVE &&
+        outbuf_reserve(&payload->body, prefix - PAYLOAD_PREFIX_RESERVE) < 0) {
+        return NULL;
+    }
+    char *start = payload->body.start;
+    memmove(start + prefix, start + PAYLOAD_PREFIX_RESERVE, (size_t)traces_len);
+    OutBuf head = {start, start, start + prefix, NULL};
+    if (payload->version == 5) {
+        mp_put_byte(&head, 0x92);
+        mp_put_array_header(&head, payload->table.count);
+        memcpy(head.pos, payload->table.encoded.start, (size_t)outbuf_len(&payload->table.encoded));
+        head.pos += outbuf_len(&payload->table.encoded);
+    }
+    mp_put_array_header(&head, (uint32_t)payload->trace_count);
+    payload->body.pos = start + prefix + traces_len;
+    PyObject *result = outbuf_finish_bytes(&payload->body);
+    payload_free(payload);
+    return result;
+}

@@ -1,0 +1,64 @@
+/* Encoded traces and the payloads built from them.
+ *
+ * An EncodedPart is one trace as written by the v0.4 or v0.5 span writer
+ * (for v0.5 with its own string table and holes).  A PayloadBuilder appends
+ * parts into one agent payload, all-or-nothing per part, and finishes it into
+ * a bytes object in place. */
+#ifndef SPANPACK_PAYLOAD_H
+#define SPANPACK_PAYLOAD_H
+
+#include "spanwrite.h"
+
+typedef struct {
+    OutBuf body;
+    StringTable strings; /* v0.5 */
+    HoleList holes;      /* v0.5 */
+} EncodedPart;
+
+int part_init(EncodedPart *part, SpanpackState *state, int version);
+void part_reset(EncodedPart *part);
+void part_free(EncodedPart *part);
+
+/* Bytes reserved in front of a payload body for its headers: enough for the
+ * v0.4 traces array header; v0.5 payloads grow the gap when they finish. */
+#define PAYLOAD_PREFIX_RESERVE 5
+
+typedef struct {
+    int version;
+    OutBuf body;       /* bytes-backed; PAYLOAD_PREFIX_RESERVE bytes, then traces */
+    StringTable table; /* v0.5: the payload's string table */
+    Py_ssize_t trace_count;
+} PayloadBuilder;
+
+int payload_init(PayloadBuilder *payload, SpanpackState *state, int version,
+                 Py_ssize_t capacity);
+void payload_free(PayloadBuilder *payload);
+
+/* Exact size of the finished payload. */
+Py_ssize_t payload_size(const PayloadBuilder *payload);
+
+/* Where to roll back to if an append must be undone. */
+typedef struct {
+    Py_ssize_t body_len;
+    uint32_t table_count;
+    Py_ssize_t table_len;
+    Py_ssize_t trace_count;
+} PayloadMark;
+
+PayloadMark payload_mark(const PayloadBuilder *payload);
+void payload_rollback(PayloadBuilder *payload, PayloadMark mark);
+
+/* Append one encoded trace; on failure the payload is unchanged. */
+int payload_append(PayloadBuilder *payload, const EncodedPart *part);
+
+/* The finished payload as bytes; the builder is left empty and unusable. */
+PyObject *payload_finish(PayloadBuilder *payload);
+
+/* Size of a msgpack array header for n items. */
+static inline Py_ssize_t
+array_header_size(Py_ssize_t n)
+{
+    return n < 16 ? 1 : n < 65536 ? 3 : 5;
+}
+
+#endif /* SPANPACK_PAYLOAD_H */

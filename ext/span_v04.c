@@ -1,0 +1,407 @@
+/* /v0.4/traces: each span a map with the reference tracer's keys, in its
+ * order, written straight from the span object. */
+#include "spanwrite.h"
+
+/* A key known at compile time, header byte included. */
+#define WRITE_KEY(w, literal) outbuf_write((w)->out, literal, (Py_ssize_t)sizeof(literal) - 1)
+
+/* str (cached when interning is on), bytes, or None where allowed. */
+static int
+v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+               int allow_none)
+{
+    if (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
+        if (w->cache != NULL) {
+            const StrCacheSlot *slot = strcache_lookup(w->cache, value);
+            if (slot != NULL) {
+                return outbuf_write(w->out, strcache_bytes(w->cache, slot), slot->size);
+            }
+        }
+        const char *data;
+        Py_ssize_t size;
+        if (PyUnicode_IS_COMPACT_ASCII(value)) {
+            data = (const char *)PyUnicode_DATA(value);
+            size = PyUnicode_GET_LENGTH(value);
+        }
+        else {
+            data = PyUnicode_AsUTF8AndSize(value, &size);
+            if (data == NULL) {
+                return span_reraise(w, field, key);
+            }
+        }
+        Py_ssize_t before = outbuf_len(w->out);
+        if (mp_write_str(w->out, data, size, 1) < 0) {
+            return -1;
+        }
+        if (w->cache != NULL) {
+            strcache_store(w->cache, value, w->out->start + before, outbuf_len(w->out) - before);
+        }
+        return 0;
+    }
+    if (value == Py_None && allow_none) {
+        return mp_write_byte(w->out, 0xc0);
+    }
+    if (value == Py_None) {
+        return span_error(w, PyExc_TypeError, field, key, "expected str or bytes, not None");
+    }
+    PreparedText text;
+    int prepared = text_prepare(w, value, field, key, &text);
+    if (prepared <= 0) {
+        return prepared;
+    }
+    int result = mp_write_str(w->out, text.utf8, text.size, 1);
+    Py_DECREF(text.object);
+    return result;
+}
+
+static int
+v04_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (!is_text(key)) {
+        return span_error(w, PyExc_TypeError, "meta", key, "keys must be str, not %.200s",
+                          Py_TYPE(key)->tp_name);
+    }
+    if (!is_text(value)) {
+        return span_error(w, PyExc_TypeError, "meta", key,
+                          "values must be str or bytes, not %.200s", Py_TYPE(value)->tp_name);
+    }
+    if (v04_write_text(w, key, "meta", key, 0) < 0) {
+        return -1;
+    }
+    return v04_write_text(w, value, "meta", key, 0);
+}
+
+/* A metric value: int in [-2**63, 2**64) (bool counts as int, as in the
+ * reference tracer) or float, always float64. */
+static int
+write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (PyFloat_Check(value)) {
+        return mp_write_double(w->out, PyFloat_AS_DOUBLE(value));
+    }
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, "metrics", key, "values must be int or float, "
+                          "not %.200s", Py_TYPE(value)->tp_name);
+    }
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow == 0) {
+        if (number == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        return mp_write_int(w->out, (int64_t)number);
+    }
+    if (overflow > 0) {
+        unsigned long long unsigned_number = PyLong_AsUnsignedLongLong(value);
+        if (!(unsigned_number == (unsigned long long)-1 && PyErr_Occurred())) {
+            return mp_write_uint(w->out, (uint64_t)unsigned_number);
+        }
+        PyErr_Clear();
+    }
+    return span_error(w, PyExc_OverflowError, "metrics", key,
+                      "%R does not fit in 64 bits", value);
+}
+
+static int
+v04_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (!is_text(key)) {
+        return span_error(w, PyExc_TypeError, "metrics", key, "keys must be str, not %.200s",
+                          Py_TYPE(key)->tp_name);
+    }
+    if (v04_write_text(w, key, "metrics", key, 0) < 0) {
+        return -1;
+    }
+    return write_metric_value(w, key, value);
+}
+
+static int
+v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_trace_id_high,
+               PyObject *events_text)
+{
+    Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
+    Py_ssize_t extras = add_trace_id_high + (info->origin != NULL) + (events_text != NULL);
+    Py_ssize_t header_pos, written;
+    if (WRITE_KEY(w, "\xa4meta") < 0 || map_begin(w, meta_size + extras, &header_pos) < 0 ||
+        write_dict_entries(w, meta, "meta", v04_write_meta_entry, &written) < 0) {
+        return -1;
+    }
+    if (add_trace_id_high) {
+        PyObject *hex = trace_id_high_hex(info->trace_id_high);
+        if (hex == NULL) {
+            return -1;
+        }
+        int result = WRITE_KEY(w, "\xa9" TRACE_ID_HIGH_KEY);
+        if (result == 0) {
+            result = v04_write_text(w, hex, "trace_id", NULL, 0);
+        }
+        Py_DECREF(hex);
+        if (result < 0) {
+            return -1;
+        }
+    }
+    if (info->origin != NULL) {
+        /* The reference tracer writes the origin whole (never truncated). */
+        Py_ssize_t size;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(info->origin, &size);
+        if (utf8 == NULL || WRITE_KEY(w, "\xaa" ORIGIN_KEY) < 0 ||
+            mp_write_str(w->out, utf8, size, 1) < 0) {
+            return -1;
+        }
+    }
+    if (events_text != NULL) {
+        if (WRITE_KEY(w, "\xa6" SPAN_EVENTS_KEY) < 0 ||
+            v04_write_text(w, events_text, "events", NULL, 0) < 0) {
+            return -1;
+        }
+    }
+    return map_end(w, header_pos, written + extras);
+}
+
+static int
+v04_write_metrics(SpanWriter *w, PyObject *metrics)
+{
+    Py_ssize_t header_pos, written;
+    if (WRITE_KEY(w, "\xa7metrics") < 0 ||
+        map_begin(w, PyDict_GET_SIZE(metrics), &header_pos) < 0 ||
+        write_dict_entries(w, metrics, "metrics", v04_write_metric_entry, &written) < 0) {
+        return -1;
+    }
+    return map_end(w, header_pos, written);
+}
+
+/* meta_struct: str -> bin, each value a msgpack document of its own. */
+static int
+v04_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (!is_text(key)) {
+        return span_error(w, PyExc_TypeError, "meta_struct", key,
+                          "keys must be str, not %.200s", Py_TYPE(key)->tp_name);
+    }
+    if (v04_write_text(w, key, "meta_struct", key, 0) < 0) {
+        return -1;
+    }
+    OutBuf document;
+    if (outbuf_init_raw(&document, 256) < 0) {
+        return -1;
+    }
+    int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
+    if (result < 0) {
+        span_reraise(w, "meta_struct", key);
+    }
+    else {
+        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
+    }
+    outbuf_free(&document);
+    return result;
+}
+
+static int
+v04_write_meta_struct(SpanWriter *w, PyObject *meta_struct)
+{
+    Py_ssize_t header_pos, written;
+    if (WRITE_KEY(w, "\xabmeta_struct") < 0 ||
+        map_begin(w, PyDict_GET_SIZE(meta_struct), &header_pos) < 0 ||
+        write_dict_entries(w, meta_struct, "meta_struct", v04_write_meta_struct_entry,
+                           &written) < 0) {
+        return -1;
+    }
+    return map_end(w, header_pos, written);
+}
+
+/* Links and native events: converted in Python, then packed as plain data. */
+static int
+v04_write_converted(SpanWriter *w, const char *key_literal, Py_ssize_t key_size,
+                    PyObject *(*convert)(SpanWriter *, PyObject *), PyObject *items,
+                    const char *field)
+{
+    PyObject *converted = convert(w, items);
+    if (converted == NULL) {
+        return -1;
+    }
+    int result = outbuf_write(w->out, key_literal, key_size);
+    if (result == 0) {
+        result = pack_object(&w->value_options, w->out, converted, PACK_NEST_LIMIT);
+        if (result < 0) {
+            span_reraise(w, field, NULL);
+        }
+    }
+    Py_DECREF(converted);
+    return result;
+}
+
+static int
+v04_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info)
+{
+    SpanValues v;
+    PyObject *events_text = NULL;
+    int result = -1;
+
+    if (spanfields_read(w->reader, span, SF_SPAN_ID, SF_EVENTS, &v) < 0) {
+        span_reraise(w, "span", NULL);
+        return -1;
+    }
+    PyObject *parent = v.value[SF_PARENT_ID], *span_type = v.value[SF_SPAN_TYPE];
+    PyObject *meta = v.value[SF_META], *metrics = v.value[SF_METRICS];
+    PyObject *meta_struct = v.value[SF_META_STRUCT];
+    PyObject *duration_obj = v.value[SF_DURATION], *error_obj = v.value[SF_ERROR];
+
+    uint64_t span_id, parent_id = 0;
+    int64_t start, duration = 0;
+    if (v.value[SF_SPAN_ID] == NULL) {
+        span_error(w, PyExc_TypeError, "span_id", NULL, "missing");
+        goto error;
+    }
+    if (v.value[SF_NAME] == NULL) {
+        span_error(w, PyExc_TypeError, "name", NULL, "missing");
+        goto error;
+    }
+    if (v.value[SF_START] == NULL) {
+        span_error(w, PyExc_TypeError, "start_ns", NULL, "missing");
+        goto error;
+    }
+    int has_parent = parent != NULL && parent != Py_None;
+    int has_duration = duration_obj != NULL && duration_obj != Py_None;
+    if (span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||
+        (has_parent && span_uint64(w, parent, "parent_id", &parent_id) < 0) ||
+        span_int64(w, v.value[SF_START], "start_ns", &start) < 0 ||
+        (has_duration && span_int64(w, duration_obj, "duration_ns", &duration) < 0)) {
+        goto error;
+    }
+    int has_error = 0;
+    if (error_obj != NULL && error_obj != Py_None) {
+        if (!PyLong_Check(error_obj)) {
+            span_error(w, PyExc_TypeError, "error", NULL, "expected int, not %.200s",
+                       Py_TYPE(error_obj)->tp_name);
+            goto error;
+        }
+        has_error = PyObject_IsTrue(error_obj);
+        if (has_error < 0) {
+            goto error;
+        }
+    }
+    if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0 ||
+        check_dict_field(w, meta_struct, "meta_struct") < 0) {
+        goto error;
+    }
+    Py_ssize_t links_count = field_length(w, v.value[SF_LINKS], "links");
+    Py_ssize_t events_count = field_length(w, v.value[SF_EVENTS], "events");
+    if (links_count < 0 || events_count < 0) {
+        goto error;
+    }
+    int has_type = span_type != NULL && span_type != Py_None;
+    int has_links = links_count > 0;
+    int native_events = events_count > 0 && w->native_span_events;
+    int has_metrics = metrics != NULL && metrics != Py_None && PyDict_GET_SIZE(metrics) > 0;
+    int has_meta_struct = meta_struct != NULL && meta_struct != Py_None &&
+                          PyDict_GET_SIZE(meta_struct) > 0;
+    int add_trace_id_high = 0;
+    if (w->span_index == 0 && info->trace_id_high != 0 &&
+        meta_lacks_trace_id_high(w, meta, &add_trace_id_high) < 0) {
+        goto error;
+    }
+    if (events_count > 0 && !w->native_span_events) {
+        events_text = events_json(w, v.value[SF_EVENTS]);
+        if (events_text == NULL) {
+            goto error;
+        }
+    }
+    int has_meta = (meta != NULL && meta != Py_None && PyDict_GET_SIZE(meta) > 0) ||
+                   info->origin != NULL || events_text != NULL || add_trace_id_high;
+
+    uint32_t key_count = 7 + has_parent + has_error + has_type + has_links + native_events +
+                         has_meta + has_meta_struct + has_metrics;
+    if (outbuf_reserve(w->out, 1 + 9 + 10 + 9 + 8 + 9) < 0) {
+        goto error;
+    }
+    mp_put_map_header(w->out, key_count);
+    if (WRITE_KEY(w, "\xa8trace_id") < 0 || mp_write_uint(w->out, info->trace_id_low) < 0) {
+        goto error;
+    }
+    if (has_parent &&
+        (WRITE_KEY(w, "\xa9parent_id") < 0 || mp_write_uint(w->out, parent_id) < 0)) {
+        goto error;
+    }
+    if (WRITE_KEY(w, "\xa7span_id") < 0 || mp_write_uint(w->out, span_id) < 0 ||
+        WRITE_KEY(w, "\xa7service") < 0 ||
+        v04_write_text(w, v.value[SF_SERVICE] ? v.value[SF_SERVICE] : Py_None, "service", NULL,
+                       1) < 0 ||
+        WRITE_KEY(w, "\xa8resource") < 0 ||
+        v04_write_text(w, v.value[SF_RESOURCE] ? v.value[SF_RESOURCE] : Py_None, "resource",
+                       NULL, 1) < 0 ||
+        WRITE_KEY(w, "\xa4name") < 0 || v04_write_text(w, v.value[SF_NAME], "name", NULL, 1) < 0 ||
+        WRITE_KEY(w, "\xa5start") < 0 || mp_write_int(w->out, start) < 0 ||
+        WRITE_KEY(w, "\xa8" "duration") < 0 ||
+        (has_duration ? mp_write_int(w->out, duration) : mp_write_byte(w->out, 0xc0)) < 0) {
+        goto error;
+    }
+    if (has_error && (WRITE_KEY(w, "\xa5" "error") < 0 || mp_write_byte(w->out, 0x01) < 0)) {
+        goto error;
+    }
+    if (has_type &&
+        (WRITE_KEY(w, "\xa4type") < 0 || v04_write_text(w, span_type, "span_type", NULL, 0) < 0)) {
+        goto error;
+    }
+    if (has_links && v04_write_converted(w, "\xaaspan_links", 11, links_for_v04,
+                                         v.value[SF_LINKS], "links") < 0) {
+        goto error;
+    }
+    if (native_events && v04_write_converted(w, "\xabspan_events", 12, events_for_v04,
+                                             v.value[SF_EVENTS], "events") < 0) {
+        goto error;
+    }
+    if (has_meta && v04_write_meta(w, meta, info, add_trace_id_high, events_text) < 0) {
+        goto error;
+    }
+    if (has_meta_struct && v04_write_meta_struct(w, meta_struct) < 0) {
+        goto error;
+    }
+    if (has_metrics && v04_write_metrics(w, metrics) < 0) {
+        goto error;
+    }
+    result = 0;
+error:
+    Py_XDECREF(events_text);
+    spanvalues_release(&v);
+    return result;
+}
+
+int
+v04_write_trace(SpanWriter *w, PyObject *trace)
+{
+    if (check_trace(w, trace) < 0) {
+        return -1;
+    }
+    Py_ssize_t count = Py_SIZE(trace);
+    if (count > MP_ITEM_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "trace %zd: too many spans", w->trace_index);
+        return -1;
+    }
+    if (mp_write_array_header(w->out, (uint32_t)count) < 0) {
+        return -1;
+    }
+    if (count == 0) {
+        return 0;
+    }
+    TraceInfo info;
+    PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
+    int result = trace_info_read(w, first, &info);
+    Py_DECREF(first);
+    if (result < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count && result == 0; i++) {
+        if (Py_SIZE(trace) != count) {
+            PyErr_Format(PyExc_RuntimeError, "trace %zd changed size during encoding",
+                         w->trace_index);
+            result = -1;
+            break;
+        }
+        w->span_index = i;
+        PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
+        result = v04_write_span(w, span, &info);
+        Py_DECREF(span);
+    }
+    trace_info_release(&info);
+    return result;
+}

@@ -1,0 +1,326 @@
+/* /v0.5/traces: each span an array of 12 whose strings are indexes into the
+ * payload's string table.  A trace is written against its own table (indexes
+ * 0 = "" and 1 = "_dd.origin" fixed, as in every payload table); the other
+ * string references are left as holes that joining the trace into a payload
+ * fills with that payload's indexes. */
+#include "spanwrite.h"
+
+#define V05_SPAN_ELEMENTS 12
+#define V05_EMPTY_INDEX 0
+#define V05_ORIGIN_KEY_INDEX 1
+/* Start and duration are clamped to [0, 2**63 - 1]. */
+#define V05_MAX_TIME INT64_MAX
+
+/* A string reference by local index: 0 and 1 mean the same in every table,
+ * so they are written at once; others become holes. */
+static int
+v05_write_index(SpanWriter *w, uint32_t local_index)
+{
+    if (local_index <= V05_ORIGIN_KEY_INDEX) {
+        return mp_write_byte(w->out, (unsigned char)local_index);
+    }
+    return holes_push(w->holes, outbuf_len(w->out), local_index);
+}
+
+/* The table key for a text value: the (truncated) exact str or exact bytes,
+ * as the reference tracer keys its table. */
+static int
+v05_text_index(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+               uint32_t *index)
+{
+    if (value == NULL || value == Py_None) {
+        *index = V05_EMPTY_INDEX;
+        return 0;
+    }
+    if (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
+        /* Validate now so that joining can never fail on this string. */
+        if (!PyUnicode_IS_ASCII(value) && PyUnicode_AsUTF8AndSize(value, NULL) == NULL) {
+            return span_reraise(w, field, key);
+        }
+        return strtable_index(w->local_strings, value, NULL, NULL, index);
+    }
+    PreparedText text;
+    int prepared = text_prepare(w, value, field, key, &text);
+    if (prepared <= 0) {
+        *index = V05_EMPTY_INDEX;
+        return prepared;
+    }
+    int result = strtable_index(w->local_strings, text.object, NULL, NULL, index);
+    Py_DECREF(text.object);
+    return result;
+}
+
+static int
+v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
+{
+    uint32_t index;
+    if (v05_text_index(w, value, field, key, &index) < 0) {
+        return -1;
+    }
+    return v05_write_index(w, index);
+}
+
+static int
+v05_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (!is_text(key)) {
+        return span_error(w, PyExc_TypeError, "meta", key, "keys must be str, not %.200s",
+                          Py_TYPE(key)->tp_name);
+    }
+    if (!is_text(value)) {
+        return span_error(w, PyExc_TypeError, "meta", key,
+                          "values must be str or bytes, not %.200s", Py_TYPE(value)->tp_name);
+    }
+    if (v05_write_text(w, key, "meta", key) < 0) {
+        return -1;
+    }
+    return v05_write_text(w, value, "meta", key);
+}
+
+static int
+v05_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (!is_text(key)) {
+        return span_error(w, PyExc_TypeError, "metrics", key, "keys must be str, not %.200s",
+                          Py_TYPE(key)->tp_name);
+    }
+    if (v05_write_text(w, key, "metrics", key) < 0) {
+        return -1;
+    }
+    if (PyFloat_Check(value)) {
+        return mp_write_double(w->out, PyFloat_AS_DOUBLE(value));
+    }
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, "metrics", key,
+                          "values must be int or float, not %.200s", Py_TYPE(value)->tp_name);
+    }
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow == 0) {
+        if (number == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        return mp_write_int(w->out, (int64_t)number);
+    }
+    if (overflow > 0) {
+        unsigned long long unsigned_number = PyLong_AsUnsignedLongLong(value);
+        if (!(unsigned_number == (unsigned long long)-1 && PyErr_Occurred())) {
+            return mp_write_uint(w->out, (uint64_t)unsigned_number);
+        }
+        PyErr_Clear();
+    }
+    return span_error(w, PyExc_OverflowError, "metrics", key, "%R does not fit in 64 bits",
+                      value);
+}
+
+/* start and duration: ints clamped to [0, 2**63 - 1]; None is 0. */
+static int
+v05_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+{
+    *out = 0;
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
+                          Py_TYPE(value)->tp_name);
+    }
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (number == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = overflow > 0 ? V05_MAX_TIME : (overflow < 0 || number < 0) ? 0 : (int64_t)number;
+    return 0;
+}
+
+/* The JSON text of links or events as a meta entry: key index, value index. */
+static int
+v05_write_json_entry(SpanWriter *w, PyObject *key, PyObject *json_text, const char *field)
+{
+    if (v05_write_text(w, key, field, NULL) < 0) {
+        return -1;
+    }
+    return v05_write_text(w, json_text, field, NULL);
+}
+
+static int
+v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t origin_index)
+{
+    SpanValues v;
+    PyObject *links_text = NULL, *events_text = NULL;
+    int result = -1;
+
+    if (spanfields_read(w->reader, span, SF_SPAN_ID, SF_EVENTS, &v) < 0) {
+        span_reraise(w, "span", NULL);
+        return -1;
+    }
+    PyObject *parent = v.value[SF_PARENT_ID], *error_obj = v.value[SF_ERROR];
+    PyObject *meta = v.value[SF_META], *metrics = v.value[SF_METRICS];
+    uint64_t span_id, parent_id = 0;
+    int64_t start, duration;
+    long error_value = 0;
+
+    if (v.value[SF_SPAN_ID] == NULL) {
+        span_error(w, PyExc_TypeError, "span_id", NULL, "missing");
+        goto error;
+    }
+    if (v.value[SF_NAME] == NULL) {
+        span_error(w, PyExc_TypeError, "name", NULL, "missing");
+        goto error;
+    }
+    if (v.value[SF_START] == NULL) {
+        span_error(w, PyExc_TypeError, "start_ns", NULL, "missing");
+        goto error;
+    }
+    if (span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||
+        (parent != NULL && parent != Py_None &&
+         span_uint64(w, parent, "parent_id", &parent_id) < 0) ||
+        v05_time_value(w, v.value[SF_START], "start_ns", &start) < 0 ||
+        v05_time_value(w, v.value[SF_DURATION], "duration_ns", &duration) < 0) {
+        goto error;
+    }
+    if (error_obj != NULL && error_obj != Py_None) {
+        int overflow;
+        if (!PyLong_Check(error_obj)) {
+            span_error(w, PyExc_TypeError, "error", NULL, "expected int, not %.200s",
+                       Py_TYPE(error_obj)->tp_name);
+            goto error;
+        }
+        error_value = PyLong_AsLongAndOverflow(error_obj, &overflow);
+        if (overflow != 0 || error_value < INT32_MIN || error_value > INT32_MAX) {
+            span_error(w, PyExc_OverflowError, "error", NULL, "%R does not fit in 32 bits",
+                       error_obj);
+            goto error;
+        }
+    }
+    if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0) {
+        goto error;
+    }
+    Py_ssize_t links_count = field_length(w, v.value[SF_LINKS], "links");
+    Py_ssize_t events_count = field_length(w, v.value[SF_EVENTS], "events");
+    if (links_count < 0 || events_count < 0) {
+        goto error;
+    }
+    if (links_count > 0 && (links_text = links_json(w, v.value[SF_LINKS])) == NULL) {
+        goto error;
+    }
+    if (events_count > 0 && (events_text = events_json(w, v.value[SF_EVENTS])) == NULL) {
+        goto error;
+    }
+    int add_trace_id_high = 0;
+    if (w->span_index == 0 && info->trace_id_high != 0 &&
+        meta_lacks_trace_id_high(w, meta, &add_trace_id_high) < 0) {
+        goto error;
+    }
+
+    if (mp_write_byte(w->out, 0x90 | V05_SPAN_ELEMENTS) < 0 ||
+        v05_write_text(w, v.value[SF_SERVICE], "service", NULL) < 0 ||
+        v05_write_text(w, v.value[SF_NAME], "name", NULL) < 0 ||
+        v05_write_text(w, v.value[SF_RESOURCE], "resource", NULL) < 0 ||
+        mp_write_uint(w->out, info->trace_id_low) < 0 || mp_write_uint(w->out, span_id) < 0 ||
+        mp_write_uint(w->out, parent_id) < 0 || mp_write_int(w->out, start) < 0 ||
+        mp_write_int(w->out, duration) < 0 || mp_write_int(w->out, error_value) < 0) {
+        goto error;
+    }
+
+    Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
+    int has_origin = origin_index != V05_EMPTY_INDEX;
+    Py_ssize_t extras = add_trace_id_high + has_origin + (links_text != NULL) +
+                        (events_text != NULL);
+    Py_ssize_t header_pos, written;
+    if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
+        write_dict_entries(w, meta, "meta", v05_write_meta_entry, &written) < 0) {
+        goto error;
+    }
+    if (add_trace_id_high) {
+        PyObject *hex = trace_id_high_hex(info->trace_id_high);
+        if (hex == NULL) {
+            goto error;
+        }
+        int written_tid = v05_write_json_entry(w, w->state->str_trace_id_high_key, hex,
+                                               "trace_id");
+        Py_DECREF(hex);
+        if (written_tid < 0) {
+            goto error;
+        }
+    }
+    if (has_origin && (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 ||
+                       v05_write_index(w, origin_index) < 0)) {
+        goto error;
+    }
+    if (links_text != NULL &&
+        v05_write_json_entry(w, w->state->str_span_links_key, links_text, "links") < 0) {
+        goto error;
+    }
+    if (events_text != NULL &&
+        v05_write_json_entry(w, w->state->str_events_key, events_text, "events") < 0) {
+        goto error;
+    }
+    if (map_end(w, header_pos, written + extras) < 0) {
+        goto error;
+    }
+
+    Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics)
+                                                                    : 0;
+    if (map_begin(w, metrics_size, &header_pos) < 0 ||
+        write_dict_entries(w, metrics, "metrics", v05_write_metric_entry, &written) < 0 ||
+        map_end(w, header_pos, written) < 0) {
+        goto error;
+    }
+    if (v05_write_text(w, v.value[SF_SPAN_TYPE], "span_type", NULL) < 0) {
+        goto error;
+    }
+    result = 0;
+error:
+    Py_XDECREF(links_text);
+    Py_XDECREF(events_text);
+    spanvalues_release(&v);
+    return result;
+}
+
+int
+v05_write_trace(SpanWriter *w, PyObject *trace)
+{
+    if (check_trace(w, trace) < 0) {
+        return -1;
+    }
+    Py_ssize_t count = Py_SIZE(trace);
+    if (count > MP_ITEM_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "trace %zd: too many spans", w->trace_index);
+        return -1;
+    }
+    if (mp_write_array_header(w->out, (uint32_t)count) < 0) {
+        return -1;
+    }
+    if (count == 0) {
+        return 0;
+    }
+    TraceInfo info;
+    PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
+    int result = trace_info_read(w, first, &info);
+    Py_DECREF(first);
+    if (result < 0) {
+        return -1;
+    }
+    /* The origin enters the table before any span's strings, as in the
+     * reference tracer; "" gets index 0, which means "no origin". */
+    uint32_t origin_index = V05_EMPTY_INDEX;
+    if (info.origin != NULL) {
+        result = v05_text_index(w, info.origin, "origin", NULL, &origin_index);
+    }
+    for (Py_ssize_t i = 0; i < count && result == 0; i++) {
+        if (Py_SIZE(trace) != count) {
+            PyErr_Format(PyExc_RuntimeError, "trace %zd changed size during encoding",
+                         w->trace_index);
+            result = -1;
+            break;
+        }
+        w->span_index = i;
+        PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
+        result = v05_write_span(w, span, &info, origin_index);
+        Py_DECREF(span);
+    }
+    trace_info_release(&info);
+    return result;
+}

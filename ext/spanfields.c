@@ -1,0 +1,320 @@
+/* Span field access: attribute names, slot offsets per type, dict keys. */
+#include "spanfields.h"
+
+#if PY_VERSION_HEX < 0x030C0000
+#include <structmember.h>
+#define SP_T_OBJECT_EX T_OBJECT_EX
+#else
+#define SP_T_OBJECT_EX Py_T_OBJECT_EX
+#endif
+
+const char *const span_field_names[SF_COUNT] = {
+    [SF_TRACE_ID] = "trace_id",     [SF_SPAN_ID] = "span_id",   [SF_PARENT_ID] = "parent_id",
+    [SF_SERVICE] = "service",       [SF_NAME] = "name",         [SF_RESOURCE] = "resource",
+    [SF_SPAN_TYPE] = "span_type",   [SF_START] = "start_ns",    [SF_DURATION] = "duration_ns",
+    [SF_ERROR] = "error",           [SF_META] = "meta",         [SF_METRICS] = "metrics",
+    [SF_META_STRUCT] = "meta_struct", [SF_LINKS] = "links",     [SF_EVENTS] = "events",
+    [SF_ORIGIN] = "origin",
+};
+
+/* Where ddtrace's pure-Python Span (4.x) keeps each field. */
+static const char *const ddtrace_attributes[SF_COUNT] = {
+    [SF_META] = "_meta",   [SF_METRICS] = "_metrics", [SF_META_STRUCT] = "_meta_struct",
+    [SF_LINKS] = "_links", [SF_EVENTS] = "_events",   [SF_ORIGIN] = "context.dd_origin",
+};
+
+static int
+field_index(PyObject *name)
+{
+    for (int i = 0; i < SF_COUNT; i++) {
+        if (PyUnicode_CompareWithASCIIString(name, span_field_names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* An interned str, or a tuple of them for a dotted path. */
+static PyObject *
+attribute_from_name(PyObject *name)
+{
+    PyObject *parts = NULL, *result = NULL;
+    if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) {
+        PyErr_Format(PyExc_TypeError, "attribute names in fields must be non-empty str, not %R",
+                     name);
+        return NULL;
+    }
+    PyObject *dot = PyUnicode_FromString(".");
+    if (dot == NULL) {
+        return NULL;
+    }
+    parts = PyUnicode_Split(name, dot, -1);
+    Py_DECREF(dot);
+    if (parts == NULL) {
+        goto error;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(parts);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        if (PyUnicode_GET_LENGTH(part) == 0) {
+            PyErr_Format(PyExc_ValueError, "invalid attribute path %R in fields", name);
+            goto error;
+        }
+        Py_INCREF(part);
+        PyUnicode_InternInPlace(&part);
+        PyList_SetItem(parts, i, part); /* steals part; cannot fail in range */
+    }
+    if (count == 1) {
+        result = Py_NewRef(PyList_GET_ITEM(parts, 0));
+    }
+    else {
+        result = PyList_AsTuple(parts);
+    }
+error:
+    Py_XDECREF(parts);
+    return result;
+}
+
+int
+spanfields_init(SpanFieldReader *reader, PyObject *fields)
+{
+    memset(reader, 0, sizeof *reader);
+    for (int i = 0; i < SF_COUNT; i++) {
+        reader->dict_key[i] = PyUnicode_InternFromString(span_field_names[i]);
+        if (reader->dict_key[i] == NULL) {
+            goto error;
+        }
+        reader->attribute[i] = Py_NewRef(reader->dict_key[i]);
+    }
+    if (fields == NULL || fields == Py_None) {
+        return 0;
+    }
+    if (PyUnicode_Check(fields)) {
+        if (PyUnicode_CompareWithASCIIString(fields, "ddtrace") != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "fields must be None, \"ddtrace\" or a mapping, not %R", fields);
+            goto error;
+        }
+        for (int i = 0; i < SF_COUNT; i++) {
+            if (ddtrace_attributes[i] == NULL) {
+                continue;
+            }
+            PyObject *name = PyUnicode_FromString(ddtrace_attributes[i]);
+            if (name == NULL) {
+                goto error;
+            }
+            PyObject *attribute = attribute_from_name(name);
+            Py_DECREF(name);
+            if (attribute == NULL) {
+                goto error;
+            }
+            Py_SETREF(reader->attribute[i], attribute);
+        }
+        return 0;
+    }
+    if (!PyDict_Check(fields)) {
+        PyErr_Format(PyExc_TypeError, "fields must be None, \"ddtrace\" or a dict, not %.200s",
+                     Py_TYPE(fields)->tp_name);
+        goto error;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *name;
+    while (PyDict_Next(fields, &pos, &key, &name)) {
+        int index = PyUnicode_Check(key) ? field_index(key) : -1;
+        if (index < 0) {
+            PyErr_Format(PyExc_ValueError, "fields: %R is not a span field", key);
+            goto error;
+        }
+        PyObject *attribute = attribute_from_name(name);
+        if (attribute == NULL) {
+            goto error;
+        }
+        Py_SETREF(reader->attribute[index], attribute);
+    }
+    return 0;
+error:
+    spanfields_clear(reader);
+    return -1;
+}
+
+static void
+layout_clear(SpanTypeLayout *layout)
+{
+    Py_CLEAR(layout->type);
+    memset(layout->offset, 0, sizeof layout->offset);
+}
+
+void
+spanfields_clear(SpanFieldReader *reader)
+{
+    for (int i = 0; i < SF_COUNT; i++) {
+        Py_CLEAR(reader->attribute[i]);
+        Py_CLEAR(reader->dict_key[i]);
+    }
+    for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
+        layout_clear(&reader->layouts[i]);
+    }
+}
+
+int
+spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
+{
+    for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
+        Py_VISIT(reader->layouts[i].type);
+    }
+    return 0;
+}
+
+/* The instance offset of `name` when instances of `type` read it from a
+ * __slots__ member (a data descriptor, so nothing else can shadow it), else 0. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, PyObject *name)
+{
+    if (!PyUnicode_Check(name)) {
+        return 0; /* dotted path */
+    }
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t offset = 0;
+    if (Py_TYPE(descr) == &PyMemberDescr_Type) {
+        PyMemberDescrObject *member = (PyMemberDescrObject *)descr;
+        if (member->d_member->type == SP_T_OBJECT_EX && !(member->d_member->flags & READONLY) &&
+            PyType_IsSubtype(type, PyDescr_TYPE(descr))) {
+            offset = member->d_member->offset;
+        }
+    }
+    Py_DECREF(descr);
+    return offset;
+}
+
+/* Offsets for `type`, from the cache or resolved now.  Resolving may run
+ * Python code (a metaclass __getattr__), so the offsets are computed first and
+ * installed in one step afterwards; the caller copies what it needs before it
+ * runs any Python code itself. */
+static SpanTypeLayout *
+layout_for(SpanFieldReader *reader, PyTypeObject *type)
+{
+    for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
+        SpanTypeLayout *layout = &reader->layouts[i];
+        /* A changed class (e.g. a slot replaced by a property) gets a new
+         * version tag, and is resolved again. */
+        if (layout->type == type && layout->version_tag != 0 &&
+            layout->version_tag == type->tp_version_tag) {
+            return layout;
+        }
+    }
+    Py_ssize_t offsets[SF_COUNT] = {0};
+    if (type->tp_getattro == PyObject_GenericGetAttr) {
+        for (int i = 0; i < SF_COUNT; i++) {
+            offsets[i] = slot_offset(type, reader->attribute[i]);
+        }
+    }
+    SpanTypeLayout *layout = NULL;
+    for (int i = 0; i < SPAN_LAYOUT_CACHE && layout == NULL; i++) {
+        if (reader->layouts[i].type == type) {
+            layout = &reader->layouts[i];
+        }
+    }
+    if (layout == NULL) {
+        layout = &reader->layouts[reader->next_layout];
+        reader->next_layout = (reader->next_layout + 1) % SPAN_LAYOUT_CACHE;
+    }
+    PyTypeObject *previous = layout->type;
+    memcpy(layout->offset, offsets, sizeof offsets);
+    layout->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
+    layout->version_tag = type->tp_version_tag;
+    Py_XDECREF(previous);
+    return layout;
+}
+
+/* getattr along a str or a tuple path; an AttributeError anywhere (or None
+ * part-way along a path) means "absent". */
+static int
+get_attribute(PyObject *obj, PyObject *attribute, PyObject **value)
+{
+    if (PyUnicode_Check(attribute)) {
+        *value = PyObject_GetAttr(obj, attribute);
+    }
+    else {
+        PyObject *current = Py_NewRef(obj);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(attribute) && current != NULL; i++) {
+            PyObject *next = current == Py_None
+                                 ? NULL
+                                 : PyObject_GetAttr(current, PyTuple_GET_ITEM(attribute, i));
+            if (current == Py_None) {
+                PyErr_SetNone(PyExc_AttributeError);
+            }
+            Py_DECREF(current);
+            current = next;
+        }
+        *value = current;
+    }
+    if (*value == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    }
+    return 0;
+}
+
+int
+spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
+                SpanValues *values)
+{
+    memset(values, 0, sizeof *values);
+    if (PyDict_Check(span)) {
+        for (int i = (int)first; i <= (int)last; i++) {
+            PyObject *value = PyDict_GetItemWithError(span, reader->dict_key[i]);
+            if (value == NULL && PyErr_Occurred()) {
+                goto error;
+            }
+            values->value[i] = Py_XNewRef(value);
+        }
+        return 0;
+    }
+    /* Slots first, with no Python code in between (the layout cache may be
+     * changed by another thread as soon as Python code runs), then getattr. */
+    SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
+    int needs_getattr[SF_COUNT];
+    for (int i = (int)first; i <= (int)last; i++) {
+        Py_ssize_t offset = layout->offset[i];
+        needs_getattr[i] = offset == 0;
+        if (offset != 0) {
+            values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + offset));
+        }
+    }
+    for (int i = (int)first; i <= (int)last; i++) {
+        if (needs_getattr[i] && get_attribute(span, reader->attribute[i], &values->value[i]) < 0) {
+            goto error;
+        }
+    }
+    return 0;
+error:
+    for (int i = (int)first; i <= (int)last; i++) {
+        Py_CLEAR(values->value[i]);
+    }
+    return -1;
+}
+
+int
+spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, PyObject **value)
+{
+    SpanValues values;
+    if (spanfields_read(reader, span, field, field, &values) < 0) {
+        return -1;
+    }
+    *value = values.value[field];
+    return 0;
+}
+
+void
+spanvalues_release(SpanValues *values)
+{
+    for (int i = 0; i < SF_COUNT; i++) {
+        Py_CLEAR(values->value[i]);
+    }
+}

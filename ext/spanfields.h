@@ -1,0 +1,74 @@
+/* Reading span fields straight from span objects.
+ *
+ * A span is a dict with the protocol's keys, or any object exposing the fields
+ * as attributes (names configurable, e.g. ddtrace's `_meta`).  For classes
+ * whose fields are __slots__, the slot offsets are resolved once per type and
+ * read directly; anything else goes through getattr with interned names. */
+#ifndef SPANPACK_SPANFIELDS_H
+#define SPANPACK_SPANFIELDS_H
+
+#include "compat.h"
+
+typedef enum {
+    SF_TRACE_ID,
+    SF_SPAN_ID,
+    SF_PARENT_ID,
+    SF_SERVICE,
+    SF_NAME,
+    SF_RESOURCE,
+    SF_SPAN_TYPE,
+    SF_START,
+    SF_DURATION,
+    SF_ERROR,
+    SF_META,
+    SF_METRICS,
+    SF_META_STRUCT,
+    SF_LINKS,
+    SF_EVENTS,
+    SF_ORIGIN,
+    SF_COUNT
+} SpanField;
+
+/* Protocol name of each field (also the dict key). */
+extern const char *const span_field_names[SF_COUNT];
+
+#define SPAN_LAYOUT_CACHE 4
+
+typedef struct {
+    PyTypeObject *type; /* strong reference; NULL when unused */
+    unsigned int version_tag;
+    /* Byte offset of the field's slot in instances, or 0: use getattr. */
+    Py_ssize_t offset[SF_COUNT];
+} SpanTypeLayout;
+
+typedef struct {
+    /* Attribute used for each field on objects: an interned str, or a tuple
+     * of interned str for a dotted path such as "context.dd_origin". */
+    PyObject *attribute[SF_COUNT];
+    /* Key used for each field in dict spans (the protocol names). */
+    PyObject *dict_key[SF_COUNT];
+    SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
+    int next_layout; /* round-robin replacement */
+} SpanFieldReader;
+
+/* `fields`: None, "ddtrace", or a mapping protocol field -> attribute name. */
+int spanfields_init(SpanFieldReader *reader, PyObject *fields);
+void spanfields_clear(SpanFieldReader *reader);
+int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
+
+/* Field values of one span, as new references (NULL: the field is absent). */
+typedef struct {
+    PyObject *value[SF_COUNT];
+} SpanValues;
+
+/* Read fields [first, last] of `span` (the others are set to NULL).  Returns
+ * 0, or -1 with an exception set (any reference already read is released). */
+int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
+                    SpanValues *values);
+void spanvalues_release(SpanValues *values);
+
+/* One field of `span` (a new reference in *value, NULL when absent). */
+int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field,
+                        PyObject **value);
+
+#endif /* SPANPACK_SPANFIELDS_H */

@@ -1,0 +1,553 @@
+/* Shared span-writing rules: locations in errors, text, ids, trace-level
+ * values, and the hand-off of links and events to spanpack._extras. */
+#include "spanwrite.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int
+holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
+{
+    if (holes->count == holes->capacity) {
+        Py_ssize_t capacity = holes->capacity ? holes->capacity * 2 : 64;
+        StringHole *items = PyMem_Realloc(holes->items, (size_t)capacity * sizeof(StringHole));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        holes->items = items;
+        holes->capacity = capacity;
+    }
+    holes->items[holes->count].offset = offset;
+    holes->items[holes->count].local_index = local_index;
+    holes->count++;
+    return 0;
+}
+
+void
+holes_free(HoleList *holes)
+{
+    PyMem_Free(holes->items);
+    holes->items = NULL;
+    holes->count = holes->capacity = 0;
+}
+
+/* "trace T, span S, FIELD[ KEY]" */
+static PyObject *
+location_text(SpanWriter *w, const char *field, PyObject *key)
+{
+    if (key != NULL) {
+        return PyUnicode_FromFormat("trace %zd, span %zd, %s key %R", w->trace_index,
+                                    w->span_index, field, key);
+    }
+    return PyUnicode_FromFormat("trace %zd, span %zd, %s", w->trace_index, w->span_index,
+                                field);
+}
+
+int
+span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key,
+           const char *format, ...)
+{
+    va_list vargs;
+    va_start(vargs, format);
+    PyObject *detail = PyUnicode_FromFormatV(format, vargs);
+    va_end(vargs);
+    if (detail == NULL) {
+        return -1;
+    }
+    PyObject *location = location_text(w, field, key);
+    if (location != NULL) {
+        PyErr_Format(type, "%U: %U", location, detail);
+        Py_DECREF(location);
+    }
+    Py_DECREF(detail);
+    return -1;
+}
+
+int
+span_reraise(SpanWriter *w, const char *field, PyObject *key)
+{
+    PyObject *type = NULL;
+    if (PyErr_ExceptionMatches(PyExc_UnicodeError)) {
+        type = PyExc_ValueError;
+    }
+    else if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        type = PyExc_TypeError;
+    }
+    else if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        type = PyExc_OverflowError;
+    }
+    else if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+        type = PyExc_ValueError;
+    }
+    if (type == NULL) {
+        return -1;
+    }
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyErr_NormalizeException(&exc_type, &exc_value, &exc_tb);
+    if (exc_tb != NULL && exc_value != NULL) {
+        PyException_SetTraceback(exc_value, exc_tb);
+    }
+    span_error(w, type, field, key, "%S", exc_value ? exc_value : Py_None);
+    if (exc_value != NULL) {
+        PyObject *new_type, *new_value, *new_tb;
+        PyErr_Fetch(&new_type, &new_value, &new_tb);
+        PyErr_NormalizeException(&new_type, &new_value, &new_tb);
+        if (new_value != NULL) {
+            PyException_SetCause(new_value, Py_NewRef(exc_value));
+            PyException_SetContext(new_value, Py_NewRef(exc_value));
+        }
+        PyErr_Restore(new_type, new_value, new_tb);
+    }
+    Py_XDECREF(exc_type);
+    Py_XDECREF(exc_value);
+    Py_XDECREF(exc_tb);
+    return -1;
+}
+
+/* ---------------------------------------------------------------------------
+ * Text */
+
+static PyObject *
+truncated_str(PyObject *str)
+{
+    PyObject *prefix = PyUnicode_Substring(str, 0, TRUNCATED_PREFIX_LEN);
+    if (prefix == NULL) {
+        return NULL;
+    }
+    PyObject *suffix = PyUnicode_FromString(TRUNCATION_SUFFIX);
+    if (suffix == NULL) {
+        Py_DECREF(prefix);
+        return NULL;
+    }
+    PyObject *result = PyUnicode_Concat(prefix, suffix);
+    Py_DECREF(prefix);
+    Py_DECREF(suffix);
+    return result;
+}
+
+/* Cut bytes like ddtrace, but never inside a UTF-8 sequence (the decoders
+ * downstream reject the whole payload for one invalid byte). */
+static PyObject *
+truncated_bytes(const char *data)
+{
+    Py_ssize_t cut = TRUNCATED_PREFIX_LEN;
+    Py_ssize_t back = 0;
+    while (back < 3 && cut - back > 0 && ((unsigned char)data[cut - back - 1] & 0xC0) == 0x80) {
+        back++;
+    }
+    if (cut - back > 0) {
+        unsigned char lead = (unsigned char)data[cut - back - 1];
+        Py_ssize_t needed = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+        if (needed > back + 1) {
+            cut -= back + 1; /* the last sequence is incomplete: drop it */
+        }
+    }
+    Py_ssize_t suffix_len = (Py_ssize_t)strlen(TRUNCATION_SUFFIX);
+    PyObject *result = PyBytes_FromStringAndSize(NULL, cut + suffix_len);
+    if (result == NULL) {
+        return NULL;
+    }
+    memcpy(PyBytes_AS_STRING(result), data, (size_t)cut);
+    memcpy(PyBytes_AS_STRING(result) + cut, TRUNCATION_SUFFIX, (size_t)suffix_len);
+    return result;
+}
+
+int
+text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+             PreparedText *text)
+{
+    text->object = NULL;
+    if (value == Py_None) {
+        return 0;
+    }
+    if (PyUnicode_Check(value)) {
+        if (PyUnicode_GET_LENGTH(value) > MAX_TEXT_LEN) {
+            text->object = truncated_str(value);
+        }
+        else if (PyUnicode_CheckExact(value)) {
+            text->object = Py_NewRef(value);
+        }
+        else {
+            text->object = PyUnicode_FromObject(value); /* exact copy of a subclass */
+        }
+        if (text->object == NULL) {
+            return -1;
+        }
+        text->utf8 = PyUnicode_AsUTF8AndSize(text->object, &text->size);
+        if (text->utf8 == NULL) {
+            Py_CLEAR(text->object);
+            return span_reraise(w, field, key);
+        }
+        return 1;
+    }
+    if (PyBytes_Check(value) || PyByteArray_Check(value)) {
+        const char *data = PyBytes_Check(value) ? PyBytes_AS_STRING(value)
+                                                : PyByteArray_AS_STRING(value);
+        Py_ssize_t size = PyBytes_Check(value) ? PyBytes_GET_SIZE(value)
+                                               : PyByteArray_GET_SIZE(value);
+        if (size > MAX_TEXT_LEN) {
+            text->object = truncated_bytes(data);
+        }
+        else if (PyBytes_CheckExact(value)) {
+            text->object = Py_NewRef(value);
+        }
+        else {
+            text->object = PyBytes_FromStringAndSize(data, size);
+        }
+        if (text->object == NULL) {
+            return -1;
+        }
+        /* Validate: payload decoders reject invalid UTF-8 in strings. */
+        PyObject *decoded = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(text->object),
+                                                 PyBytes_GET_SIZE(text->object), "strict");
+        if (decoded == NULL) {
+            Py_CLEAR(text->object);
+            return span_reraise(w, field, key);
+        }
+        Py_DECREF(decoded);
+        text->utf8 = PyBytes_AS_STRING(text->object);
+        text->size = PyBytes_GET_SIZE(text->object);
+        return 1;
+    }
+    span_error(w, PyExc_TypeError, field, key, "expected str, bytes or None, not %.200s",
+               Py_TYPE(value)->tp_name);
+    return -1;
+}
+
+/* ---------------------------------------------------------------------------
+ * Integers */
+
+int
+span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
+{
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
+                          Py_TYPE(value)->tp_name);
+    }
+    unsigned long long result = PyLong_AsUnsignedLongLong(value);
+    if (result == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return span_error(w, PyExc_OverflowError, field, NULL,
+                          "%R is outside the unsigned 64-bit range", value);
+    }
+    *out = (uint64_t)result;
+    return 0;
+}
+
+int
+span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+{
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
+                          Py_TYPE(value)->tp_name);
+    }
+    int overflow;
+    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0) {
+        return span_error(w, PyExc_OverflowError, field, NULL,
+                          "%R is outside the signed 64-bit range", value);
+    }
+    if (result == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = (int64_t)result;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Trace-level values */
+
+static int
+read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
+{
+    if (value == NULL) {
+        return span_error(w, PyExc_TypeError, "trace_id", NULL, "missing");
+    }
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
+                          Py_TYPE(value)->tp_name);
+    }
+    unsigned long long low = PyLong_AsUnsignedLongLong(value);
+    if (!(low == (unsigned long long)-1 && PyErr_Occurred())) {
+        info->trace_id_low = low;
+        info->trace_id_high = 0;
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        return -1;
+    }
+    PyErr_Clear();
+    /* Beyond 64 bits (or negative): split a 128-bit id into its halves. */
+    PyObject *shift = PyLong_FromLong(64);
+    PyObject *high = shift ? PyNumber_Rshift(value, shift) : NULL;
+    Py_XDECREF(shift);
+    if (high == NULL) {
+        return -1;
+    }
+    unsigned long long high_bits = PyLong_AsUnsignedLongLong(high);
+    Py_DECREF(high);
+    if (high_bits == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return span_error(w, PyExc_OverflowError, "trace_id", NULL,
+                          "%R is outside the unsigned 128-bit range", value);
+    }
+    info->trace_id_low = PyLong_AsUnsignedLongLongMask(value);
+    if (info->trace_id_low == (unsigned long long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    info->trace_id_high = high_bits;
+    return 0;
+}
+
+int
+trace_info_read(SpanWriter *w, PyObject *first_span, TraceInfo *info)
+{
+    SpanValues values;
+    info->origin = NULL;
+    w->span_index = 0;
+    if (spanfields_read(w->reader, first_span, SF_TRACE_ID, SF_TRACE_ID, &values) < 0) {
+        return span_reraise(w, "trace_id", NULL);
+    }
+    int result = read_trace_id(w, values.value[SF_TRACE_ID], info);
+    Py_XDECREF(values.value[SF_TRACE_ID]);
+    if (result < 0) {
+        return -1;
+    }
+    PyObject *origin;
+    if (spanfields_read_one(w->reader, first_span, SF_ORIGIN, &origin) < 0) {
+        return span_reraise(w, "origin", NULL);
+    }
+    if (origin == NULL || origin == Py_None) {
+        Py_XDECREF(origin);
+        return 0;
+    }
+    if (!PyUnicode_Check(origin)) {
+        span_error(w, PyExc_TypeError, "origin", NULL, "expected str or None, not %.200s",
+                   Py_TYPE(origin)->tp_name);
+        Py_DECREF(origin);
+        return -1;
+    }
+    if (PyUnicode_AsUTF8(origin) == NULL) {
+        Py_DECREF(origin);
+        return span_reraise(w, "origin", NULL);
+    }
+    info->origin = origin;
+    return 0;
+}
+
+void
+trace_info_release(TraceInfo *info)
+{
+    Py_CLEAR(info->origin);
+}
+
+int
+meta_lacks_trace_id_high(SpanWriter *w, PyObject *meta, int *lacks)
+{
+    if (meta == NULL || meta == Py_None) {
+        *lacks = 1;
+        return 0;
+    }
+    int contains = PyDict_Contains(meta, w->state->str_trace_id_high_key);
+    if (contains < 0) {
+        return span_reraise(w, "meta", NULL);
+    }
+    *lacks = !contains;
+    return 0;
+}
+
+PyObject *
+trace_id_high_hex(uint64_t high)
+{
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)high);
+    return PyUnicode_FromStringAndSize(hex, 16);
+}
+
+/* ---------------------------------------------------------------------------
+ * Links and events */
+
+static PyObject *
+call_converter(SpanWriter *w, PyObject *converter, PyObject *items, const char *field)
+{
+    PyObject *result = PyObject_CallOneArg(converter, items);
+    if (result == NULL) {
+        span_reraise(w, field, NULL);
+    }
+    return result;
+}
+
+PyObject *
+links_for_v04(SpanWriter *w, PyObject *links)
+{
+    return call_converter(w, w->state->links_for_v04, links, "links");
+}
+
+PyObject *
+links_json(SpanWriter *w, PyObject *links)
+{
+    return call_converter(w, w->state->links_json, links, "links");
+}
+
+PyObject *
+events_json(SpanWriter *w, PyObject *events)
+{
+    return call_converter(w, w->state->events_json, events, "events");
+}
+
+PyObject *
+events_for_v04(SpanWriter *w, PyObject *events)
+{
+    return call_converter(w, w->state->events_for_v04, events, "events");
+}
+
+Py_ssize_t
+field_length(SpanWriter *w, PyObject *value, const char *field)
+{
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    if (PyDict_Check(value)) {
+        return PyDict_GET_SIZE(value);
+    }
+    if (PyList_Check(value) || PyTuple_Check(value)) {
+        return Py_SIZE(value);
+    }
+    Py_ssize_t length = PyObject_Size(value);
+    if (length < 0) {
+        span_reraise(w, field, NULL);
+    }
+    return length;
+}
+
+int
+check_trace(SpanWriter *w, PyObject *trace)
+{
+    if (PyList_Check(trace) || PyTuple_Check(trace)) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "trace %zd: expected a list of spans, not %.200s",
+                 w->trace_index, Py_TYPE(trace)->tp_name);
+    return -1;
+}
+
+/* ---------------------------------------------------------------------------
+ * Maps */
+
+int
+map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
+{
+    if (count > MP_ITEM_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "trace %zd, span %zd: map too large", w->trace_index,
+                     w->span_index);
+        return -1;
+    }
+    *header_pos = outbuf_len(w->out);
+    if (outbuf_reserve(w->out, 5) < 0) {
+        return -1;
+    }
+    if (!w->lenient) {
+        mp_put_map_header(w->out, (uint32_t)count);
+        return 0;
+    }
+    w->out->pos[0] = (char)0xdf;
+    w->out->pos += 5;
+    return 0;
+}
+
+int
+map_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count)
+{
+    if (!w->lenient) {
+        return 0;
+    }
+    /* Rewrite the placeholder in its smallest form and close the gap. */
+    char header[5];
+    OutBuf scratch = {header, header, header + sizeof header, NULL};
+    mp_put_map_header(&scratch, (uint32_t)count);
+    Py_ssize_t header_size = outbuf_len(&scratch);
+    Py_ssize_t shift = 5 - header_size;
+    char *start = w->out->start + header_pos;
+    memcpy(start, header, (size_t)header_size);
+    if (shift > 0) {
+        Py_ssize_t body = outbuf_len(w->out) - header_pos - 5;
+        memmove(start + header_size, start + 5, (size_t)body);
+        w->out->pos -= shift;
+        if (w->holes != NULL) {
+            for (Py_ssize_t i = w->holes->count - 1; i >= 0; i--) {
+                if (w->holes->items[i].offset <= header_pos) {
+                    break;
+                }
+                w->holes->items[i].offset -= shift;
+            }
+        }
+    }
+    return 0;
+}
+
+static int
+is_data_error(void)
+{
+    return PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
+           PyErr_ExceptionMatches(PyExc_OverflowError);
+}
+
+int
+write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
+                   Py_ssize_t *written)
+{
+    *written = 0;
+    if (dict == NULL || dict == Py_None) {
+        return 0;
+    }
+    Py_ssize_t expected = PyDict_GET_SIZE(dict);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        Py_ssize_t entry_start = outbuf_len(w->out);
+        Py_ssize_t holes_before = w->holes ? w->holes->count : 0;
+        uint32_t strings_before = w->local_strings ? w->local_strings->count : 0;
+        Py_INCREF(key);
+        Py_INCREF(value);
+        int result = write_entry(w, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (result < 0) {
+            if (!w->lenient || !is_data_error()) {
+                return -1;
+            }
+            PyErr_Clear();
+            outbuf_truncate(w->out, entry_start);
+            if (w->holes != NULL) {
+                w->holes->count = holes_before;
+                strtable_rollback(w->local_strings, strings_before,
+                                  outbuf_len(&w->local_strings->encoded));
+            }
+            w->dropped_tags++;
+        }
+        else {
+            (*written)++;
+        }
+        if (PyDict_GET_SIZE(dict) != expected) {
+            PyErr_Format(PyExc_RuntimeError, "trace %zd, span %zd, %s: dict changed size during "
+                         "encoding", w->trace_index, w->span_index, field);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+check_dict_field(SpanWriter *w, PyObject *value, const char *field)
+{
+    if (value == NULL || value == Py_None || PyDict_Check(value)) {
+        return 0;
+    }
+    return span_error(w, PyExc_TypeError, field, NULL, "expected a dict, not %.200s",
+                      Py_TYPE(value)->tp_name);
+}

@@ -1,0 +1,142 @@
+/* What the v0.4 and v0.5 span writers share: the writer context, errors that
+ * name the trace, span and field, and the value rules of the reference
+ * tracer (text and its 25,000-character truncation, ids, numbers). */
+#ifndef SPANPACK_SPANWRITE_H
+#define SPANPACK_SPANWRITE_H
+
+#include "intern.h"
+#include "mpwrite.h"
+#include "packer.h"
+#include "spanfields.h"
+
+/* Strings longer than this (code points for str, bytes for bytes) are cut to
+ * TRUNCATED_PREFIX_LEN units followed by TRUNCATION_SUFFIX, as ddtrace does. */
+#define MAX_TEXT_LEN 25000
+#define TRUNCATED_PREFIX_LEN 2486
+#define TRUNCATION_SUFFIX "<truncated>..."
+
+#define ORIGIN_KEY "_dd.origin"
+#define TRACE_ID_HIGH_KEY "_dd.p.tid"
+#define SPAN_LINKS_KEY "_dd.span_links"
+#define SPAN_EVENTS_KEY "events"
+
+/* A v0.5 string reference not yet written: the body leaves it out and the
+ * join writes the payload-table index in its place. */
+typedef struct {
+    Py_ssize_t offset;    /* position in the body */
+    uint32_t local_index; /* index into the encoded trace's own table */
+} StringHole;
+
+typedef struct {
+    StringHole *items;
+    Py_ssize_t count;
+    Py_ssize_t capacity;
+} HoleList;
+
+int holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index);
+void holes_free(HoleList *holes);
+
+typedef struct {
+    SpanpackState *state;
+    SpanFieldReader *reader;
+    EncodedStrCache *cache;    /* v0.4 interning; NULL when off */
+    PackOptions value_options; /* for meta_struct values */
+    int lenient;               /* drop bad tags (counted) instead of raising */
+    int native_span_events;    /* v0.4: events as top-level span_events */
+    Py_ssize_t dropped_tags;
+    /* Location for error messages. */
+    Py_ssize_t trace_index;
+    Py_ssize_t span_index;
+    OutBuf *out;
+    /* v0.5: the encoded trace's own string table and its holes in `out`. */
+    StringTable *local_strings;
+    HoleList *holes;
+} SpanWriter;
+
+/* Trace-level values read from the trace's first span. */
+typedef struct {
+    uint64_t trace_id_low;
+    uint64_t trace_id_high;
+    PyObject *origin; /* new reference (str), or NULL */
+} TraceInfo;
+
+/* Raise `type` with "trace T, span S, FIELD[ KEY]: <message>".  Returns -1. */
+int span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key,
+               const char *format, ...);
+
+/* Re-raise the current exception with the location prefixed when it is a
+ * TypeError, ValueError or OverflowError (UnicodeError becomes ValueError),
+ * the original as __cause__; other exceptions pass through.  Returns -1. */
+int span_reraise(SpanWriter *w, const char *field, PyObject *key);
+
+/* Text: str, bytes or bytearray (and None where the field allows).  The
+ * prepared form is a new reference to an exact str or exact bytes, already
+ * truncated, with its UTF-8 bytes. */
+typedef struct {
+    PyObject *object;
+    const char *utf8;
+    Py_ssize_t size;
+} PreparedText;
+
+/* 1: prepared; 0: `value` is None (nothing prepared); -1: error raised. */
+int text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+                 PreparedText *text);
+
+/* Is `value` text (str, bytes, bytearray)? */
+static inline int
+is_text(PyObject *value)
+{
+    return PyUnicode_Check(value) || PyBytes_Check(value) || PyByteArray_Check(value);
+}
+
+/* Integers with range checks.  `field` names the value in errors. */
+int span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out);
+int span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out);
+
+/* The trace-level values of a non-empty trace. */
+int trace_info_read(SpanWriter *w, PyObject *first_span, TraceInfo *info);
+void trace_info_release(TraceInfo *info);
+
+/* Does `meta` (a dict) lack the `_dd.p.tid` key? */
+int meta_lacks_trace_id_high(SpanWriter *w, PyObject *meta, int *lacks);
+
+/* 16 lowercase hex digits of the high half of a 128-bit trace id. */
+PyObject *trace_id_high_hex(uint64_t high);
+
+/* Links and events, converted by spanpack._extras (they are rare, so their
+ * shape is handled in Python).  New references. */
+PyObject *links_for_v04(SpanWriter *w, PyObject *links);
+PyObject *links_json(SpanWriter *w, PyObject *links);
+PyObject *events_json(SpanWriter *w, PyObject *events);
+PyObject *events_for_v04(SpanWriter *w, PyObject *events);
+
+/* Length of a container field (list/dict), 0 for None or absent, -1 on
+ * error (raised). */
+Py_ssize_t field_length(SpanWriter *w, PyObject *value, const char *field);
+
+/* One trace: array of spans.  Writers per version. */
+int v04_write_trace(SpanWriter *w, PyObject *trace);
+int v05_write_trace(SpanWriter *w, PyObject *trace);
+
+/* Check a trace argument: a list (or tuple) of spans. */
+int check_trace(SpanWriter *w, PyObject *trace);
+
+#endif /* SPANPACK_SPANWRITE_H */
+
+/* ---- map helpers shared by both versions ---- */
+
+/* Write a map header: exact when `count` is final, or (lenient mode, where
+ * entries may be dropped) a 5-byte placeholder fixed by map_end(). */
+int map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos);
+int map_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count);
+
+/* Write every (key, value) of `dict` with write_entry.  In lenient mode an
+ * entry whose key or value is bad data (TypeError, ValueError, OverflowError)
+ * is rolled back and counted in w->dropped_tags.  *written: entries kept. */
+typedef int (*EntryWriter)(SpanWriter *w, PyObject *key, PyObject *value);
+int write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
+                       Py_ssize_t *written);
+
+/* A dict-valued field: NULL/None is an empty dict; anything else but a dict
+ * is a TypeError naming the field. */
+int check_dict_field(SpanWriter *w, PyObject *value, const char *field);

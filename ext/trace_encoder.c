@@ -1,0 +1,691 @@
+/* TraceEncoder: the C type under spanpack.TraceMsgPackEncoder.
+ *
+ * One-shot:  encode_traces(traces) -> payload bytes;
+ *            encode_trace(trace) -> EncodedTrace, join_encoded(parts) -> bytes.
+ * Buffered:  put(trace) encodes the trace on its own (running any Python code
+ *            the spans need) and then appends it to the buffered payload in a
+ *            short step that runs no Python code, so a failed trace leaves the
+ *            buffer untouched and concurrent put()/encode() never tear.
+ *            encode() -> [(payload, trace_count), ...]. */
+#include "payload.h"
+
+#include <structmember.h>
+
+#define DEFAULT_MAX_SIZE (20 * 1024 * 1024)
+#define RETAINED_BUFFER (64 * 1024)
+
+typedef struct {
+    PyObject_HEAD
+    SpanpackState *state;
+    int version; /* 4 or 5 */
+    int lenient;
+    int native_span_events;
+    SpanFieldReader reader;
+    EncodedStrCache cache; /* v0.4 interning; slots == NULL when off */
+    Py_ssize_t dropped_tags;
+    /* Buffered traces. */
+    Py_ssize_t max_size;
+    Py_ssize_t max_item_size;
+    Py_ssize_t max_payload_size; /* 0: no splitting */
+    PayloadBuilder current;
+    PyObject *sealed; /* list of (bytes, count): payloads already split off */
+    Py_ssize_t sealed_size;
+    Py_ssize_t sealed_traces;
+    /* A reusable scratch part for put(); a concurrent put() that finds it in
+     * use encodes into a part of its own. */
+    EncodedPart scratch;
+    int scratch_in_use;
+} TraceEncoderObject;
+
+typedef struct {
+    PyObject_HEAD
+    int version;
+    EncodedPart part;
+} EncodedTraceObject;
+
+/* ---------------------------------------------------------------------------
+ * Encoding one trace */
+
+static void
+writer_init(TraceEncoderObject *self, SpanWriter *w, OutBuf *out, EncodedPart *part,
+            Py_ssize_t trace_index)
+{
+    memset(w, 0, sizeof *w);
+    w->state = self->state;
+    w->reader = &self->reader;
+    w->cache = self->cache.slots != NULL ? &self->cache : NULL;
+    w->value_options.state = self->state;
+    w->value_options.use_bin_type = 1;
+    w->lenient = self->lenient;
+    w->native_span_events = self->native_span_events;
+    w->trace_index = trace_index;
+    w->out = out;
+    if (self->version == 5 && part != NULL) {
+        w->local_strings = &part->strings;
+        w->holes = &part->holes;
+    }
+}
+
+/* Encode `trace` into `part` (reset first).  Dropped tags are only counted
+ * when the whole trace succeeds. */
+static int
+encode_part(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, Py_ssize_t index,
+            Py_ssize_t *dropped)
+{
+    SpanWriter w;
+    part_reset(part);
+    writer_init(self, &w, &part->body, part, index);
+    int result = self->version == 5 ? v05_write_trace(&w, trace) : v04_write_trace(&w, trace);
+    *dropped = w.dropped_tags;
+    return result;
+}
+
+/* ---------------------------------------------------------------------------
+ * Construction */
+
+static int
+size_argument(PyObject *value, const char *name, Py_ssize_t default_value, Py_ssize_t *out)
+{
+    if (value == NULL || value == Py_None) {
+        *out = default_value;
+        return 0;
+    }
+    Py_ssize_t size = PyNumber_AsSsize_t(value, PyExc_OverflowError);
+    if (size == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (size <= 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be positive, not %zd", name, size);
+        return -1;
+    }
+    *out = size;
+    return 0;
+}
+
+static PyObject *
+trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    SpanpackState *state = spanpack_state_from_type(type);
+    if (state == NULL) {
+        return NULL;
+    }
+    TraceEncoderObject *self = (TraceEncoderObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->state = state;
+    self->version = 4;
+    self->max_size = DEFAULT_MAX_SIZE;
+    self->max_item_size = DEFAULT_MAX_SIZE;
+    self->sealed = PyList_New(0);
+    if (self->sealed == NULL || spanfields_init(&self->reader, Py_None) < 0 ||
+        payload_init(&self->current, state, 4, 4096) < 0 ||
+        part_init(&self->scratch, state, 4) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"version",  "fields",  "max_size",           "max_item_size",
+                               "max_payload_size", "lenient", "intern", "native_span_events",
+                               NULL};
+    const char *version = "v0.4";
+    PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL,
+             *max_payload_size = NULL;
+    int lenient = 0, intern = 1, native_span_events = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOppp:TraceEncoder", keywords,
+                                     &version, &fields, &max_size, &max_item_size,
+                                     &max_payload_size, &lenient, &intern,
+                                     &native_span_events)) {
+        return -1;
+    }
+    int version_number;
+    if (strcmp(version, "v0.4") == 0) {
+        version_number = 4;
+    }
+    else if (strcmp(version, "v0.5") == 0) {
+        version_number = 5;
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "version must be \"v0.4\" or \"v0.5\", not %R",
+                     PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : Py_None);
+        return -1;
+    }
+    Py_ssize_t max_size_value, max_item_value, max_payload_value;
+    if (size_argument(max_size, "max_size", DEFAULT_MAX_SIZE, &max_size_value) < 0 ||
+        size_argument(max_item_size, "max_item_size", max_size_value, &max_item_value) < 0 ||
+        size_argument(max_payload_size, "max_payload_size", 0, &max_payload_value) < 0) {
+        return -1;
+    }
+    SpanFieldReader reader;
+    if (spanfields_init(&reader, fields) < 0) {
+        return -1;
+    }
+    PayloadBuilder current;
+    EncodedPart scratch;
+    if (payload_init(&current, self->state, version_number, 4096) < 0) {
+        spanfields_clear(&reader);
+        return -1;
+    }
+    if (part_init(&scratch, self->state, version_number) < 0) {
+        payload_free(&current);
+        spanfields_clear(&reader);
+        return -1;
+    }
+    EncodedStrCache cache = {0};
+    if (intern && version_number == 4 && strcache_init(&cache) < 0) {
+        part_free(&scratch);
+        payload_free(&current);
+        spanfields_clear(&reader);
+        return -1;
+    }
+    /* Everything is ready: swap it in (dropping any buffered traces). */
+    spanfields_clear(&self->reader);
+    self->reader = reader;
+    payload_free(&self->current);
+    self->current = current;
+    part_free(&self->scratch);
+    self->scratch = scratch;
+    strcache_free(&self->cache);
+    self->cache = cache;
+    Py_SETREF(self->sealed, PyList_New(0));
+    if (self->sealed == NULL) {
+        return -1;
+    }
+    self->sealed_size = self->sealed_traces = 0;
+    self->version = version_number;
+    self->lenient = lenient;
+    self->native_span_events = native_span_events;
+    self->max_size = max_size_value;
+    /* As in the reference encoder, an item can never exceed the buffer. */
+    self->max_item_size = max_item_value < max_size_value ? max_item_value : max_size_value;
+    self->max_payload_size = max_payload_value;
+    self->dropped_tags = 0;
+    return 0;
+}
+
+static int
+trace_encoder_traverse(TraceEncoderObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->sealed);
+    return spanfields_traverse(&self->reader, visit, arg);
+}
+
+static int
+trace_encoder_clear(TraceEncoderObject *self)
+{
+    Py_CLEAR(self->sealed);
+    for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
+        Py_CLEAR(self->reader.layouts[i].type);
+    }
+    return 0;
+}
+
+static void
+trace_encoder_dealloc(TraceEncoderObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    trace_encoder_clear(self);
+    spanfields_clear(&self->reader);
+    strcache_free(&self->cache);
+    payload_free(&self->current);
+    part_free(&self->scratch);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+/* ---------------------------------------------------------------------------
+ * One-shot encoding */
+
+static PyObject *
+trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
+{
+    PyObject *items = PySequence_Fast(traces, "traces must be a list of traces");
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    PayloadBuilder payload;
+    EncodedPart part;
+    int have_part = 0;
+    Py_ssize_t dropped = 0;
+    PyObject *result = NULL;
+    if (payload_init(&payload, self->state, self->version, 16 * 1024) < 0) {
+        Py_DECREF(items);
+        return NULL;
+    }
+    if (part_init(&part, self->state, self->version) < 0) {
+        goto error;
+    }
+    have_part = 1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *trace = Py_NewRef(PySequence_Fast_GET_ITEM(items, i));
+        Py_ssize_t trace_dropped;
+        int failed;
+        if (self->version == 4) {
+            /* v0.4 needs no index fix-up: write straight into the payload. */
+            SpanWriter w;
+            writer_init(self, &w, &payload.body, NULL, i);
+            failed = v04_write_trace(&w, trace) < 0;
+            trace_dropped = w.dropped_tags;
+            if (!failed) {
+                payload.trace_count++;
+            }
+        }
+        else {
+            failed = encode_part(self, &part, trace, i, &trace_dropped) < 0 ||
+                     payload_append(&payload, &part) < 0;
+        }
+        Py_DECREF(trace);
+        if (failed) {
+            goto error;
+        }
+        dropped += trace_dropped;
+    }
+    result = payload_finish(&payload);
+    if (result != NULL) {
+        self->dropped_tags += dropped;
+    }
+error:
+    if (have_part) {
+        part_free(&part);
+    }
+    payload_free(&payload);
+    Py_DECREF(items);
+    return result;
+}
+
+static PyObject *
+trace_encoder_encode_trace(TraceEncoderObject *self, PyObject *trace)
+{
+    EncodedTraceObject *encoded =
+        PyObject_New(EncodedTraceObject, self->state->encoded_part_type);
+    if (encoded == NULL) {
+        return NULL;
+    }
+    encoded->version = self->version;
+    if (part_init(&encoded->part, self->state, self->version) < 0) {
+        memset(&encoded->part, 0, sizeof encoded->part);
+        Py_DECREF(encoded);
+        return NULL;
+    }
+    Py_ssize_t dropped;
+    if (encode_part(self, &encoded->part, trace, 0, &dropped) < 0) {
+        Py_DECREF(encoded);
+        return NULL;
+    }
+    self->dropped_tags += dropped;
+    return (PyObject *)encoded;
+}
+
+static PyObject *
+trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
+{
+    PyObject *items = PySequence_Fast(parts, "join_encoded() takes a list of encoded traces");
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    PyObject *result = NULL;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(items, i);
+        if (Py_TYPE(item) != self->state->encoded_part_type) {
+            PyErr_Format(PyExc_TypeError, "join_encoded(): item %zd is %.200s, not an "
+                         "EncodedTrace from encode_trace()", i, Py_TYPE(item)->tp_name);
+            Py_DECREF(items);
+            return NULL;
+        }
+        if (((EncodedTraceObject *)item)->version != self->version) {
+            PyErr_Format(PyExc_ValueError, "join_encoded(): item %zd was encoded for v0.%d, "
+                         "this encoder writes v0.%d", i, ((EncodedTraceObject *)item)->version,
+                         self->version);
+            Py_DECREF(items);
+            return NULL;
+        }
+        total += outbuf_len(&((EncodedTraceObject *)item)->part.body);
+    }
+    PayloadBuilder payload;
+    if (payload_init(&payload, self->state, self->version, total + 64) < 0) {
+        Py_DECREF(items);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        EncodedTraceObject *item = (EncodedTraceObject *)PySequence_Fast_GET_ITEM(items, i);
+        if (payload_append(&payload, &item->part) < 0) {
+            goto error;
+        }
+    }
+    result = payload_finish(&payload);
+error:
+    payload_free(&payload);
+    Py_DECREF(items);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------
+ * Buffered encoding */
+
+static Py_ssize_t
+buffered_size(TraceEncoderObject *self)
+{
+    return self->sealed_size + payload_size(&self->current);
+}
+
+static PyObject *
+raise_limit(PyObject *exception, Py_ssize_t size)
+{
+    PyObject *value = PyLong_FromSsize_t(size);
+    if (value != NULL) {
+        PyErr_SetObject(exception, value);
+        Py_DECREF(value);
+    }
+    return NULL;
+}
+
+/* Move the current payload to the sealed list and start a new one. */
+static int
+seal_current(TraceEncoderObject *self)
+{
+    Py_ssize_t size = payload_size(&self->current);
+    Py_ssize_t count = self->current.trace_count;
+    PayloadBuilder fresh;
+    if (payload_init(&fresh, self->state, self->version, 4096) < 0) {
+        return -1;
+    }
+    PyObject *bytes = payload_finish(&self->current);
+    self->current = fresh;
+    if (bytes == NULL) {
+        return -1;
+    }
+    PyObject *entry = Py_BuildValue("(Nn)", bytes, count);
+    if (entry == NULL || PyList_Append(self->sealed, entry) < 0) {
+        Py_XDECREF(entry);
+        return -1;
+    }
+    Py_DECREF(entry);
+    self->sealed_size += size;
+    self->sealed_traces += count;
+    return 0;
+}
+
+/* The append step of put(): no Python code runs here, so under the GIL it is
+ * atomic; free-threaded builds hold the encoder's critical section. */
+static PyObject *
+append_encoded(TraceEncoderObject *self, const EncodedPart *part)
+{
+    Py_ssize_t size_before = buffered_size(self);
+    PayloadMark mark = payload_mark(&self->current);
+    if (payload_append(&self->current, part) < 0) {
+        return NULL;
+    }
+    if (self->max_payload_size > 0 && mark.trace_count > 0 &&
+        payload_size(&self->current) > self->max_payload_size) {
+        /* Too big with the traces already there: start a new payload. */
+        payload_rollback(&self->current, mark);
+        if (seal_current(self) < 0) {
+            return NULL;
+        }
+        mark = payload_mark(&self->current);
+        if (payload_append(&self->current, part) < 0) {
+            return NULL;
+        }
+    }
+    Py_ssize_t growth = buffered_size(self) - size_before;
+    int too_large = growth > self->max_item_size ||
+                    (self->max_payload_size > 0 &&
+                     payload_size(&self->current) > self->max_payload_size);
+    if (too_large || buffered_size(self) > self->max_size) {
+        payload_rollback(&self->current, mark);
+        return raise_limit(too_large ? self->state->buffer_item_too_large_error
+                                     : self->state->buffer_full_error,
+                           growth);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
+{
+    EncodedPart own_part;
+    EncodedPart *part;
+    int use_scratch = !self->scratch_in_use;
+    if (use_scratch) {
+        self->scratch_in_use = 1;
+        part = &self->scratch;
+    }
+    else {
+        if (part_init(&own_part, self->state, self->version) < 0) {
+            return NULL;
+        }
+        part = &own_part;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t dropped;
+    if (encode_part(self, part, trace, 0, &dropped) == 0) {
+        SP_BEGIN_CRITICAL_SECTION(self);
+        result = append_encoded(self, part);
+        if (result != NULL) {
+            self->dropped_tags += dropped;
+        }
+        SP_END_CRITICAL_SECTION();
+    }
+    if (use_scratch) {
+        /* Do not keep a huge trace's buffer around. */
+        if (outbuf_capacity(&part->body) > RETAINED_BUFFER) {
+            outbuf_truncate(&part->body, 0);
+            outbuf_shrink_capacity(&part->body, RETAINED_BUFFER);
+        }
+        self->scratch_in_use = 0;
+    }
+    else {
+        part_free(&own_part);
+    }
+    return result;
+}
+
+static PyObject *
+trace_encoder_encode(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *result = NULL;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    if (self->current.trace_count > 0 && seal_current(self) < 0) {
+        goto done;
+    }
+    PyObject *empty = PyList_New(0);
+    if (empty == NULL) {
+        goto done;
+    }
+    result = self->sealed;
+    self->sealed = empty;
+    self->sealed_size = self->sealed_traces = 0;
+done:
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+static Py_ssize_t
+trace_encoder_length(TraceEncoderObject *self)
+{
+    Py_ssize_t length;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    length = self->sealed_traces + self->current.trace_count;
+    SP_END_CRITICAL_SECTION();
+    return length;
+}
+
+static PyObject *
+trace_encoder_get_size(TraceEncoderObject *self, void *Py_UNUSED(closure))
+{
+    Py_ssize_t size;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    size = buffered_size(self);
+    SP_END_CRITICAL_SECTION();
+    return PyLong_FromSsize_t(size);
+}
+
+static PyObject *
+trace_encoder_get_version(TraceEncoderObject *self, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromFormat("v0.%d", self->version);
+}
+
+static PyObject *
+trace_encoder_intern_stats(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("{s:n,s:n,s:n}", "hits", self->cache.hits, "misses",
+                         self->cache.misses, "entries", self->cache.used);
+}
+
+static PyMemberDef trace_encoder_members[] = {
+    {"max_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_size), READONLY,
+     "Most bytes the buffer holds (BufferFull beyond)."},
+    {"max_item_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_item_size), READONLY,
+     "Most bytes one trace may add (BufferItemTooLarge beyond)."},
+    {"max_payload_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_payload_size), READONLY,
+     "Most bytes per payload returned by encode(); 0 means no splitting."},
+    {"dropped_tags", T_PYSSIZET, offsetof(TraceEncoderObject, dropped_tags), READONLY,
+     "Meta/metrics entries dropped in lenient mode."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef trace_encoder_getset[] = {
+    {"size", (getter)trace_encoder_get_size, NULL,
+     "Exact byte length of the payloads encode() would return now.", NULL},
+    {"version", (getter)trace_encoder_get_version, NULL, "\"v0.4\" or \"v0.5\".", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef trace_encoder_methods[] = {
+    {"encode_traces", (PyCFunction)trace_encoder_encode_traces, METH_O,
+     "encode_traces(traces) -> bytes: one payload from a list of traces."},
+    {"encode_trace", (PyCFunction)trace_encoder_encode_trace, METH_O,
+     "encode_trace(trace) -> EncodedTrace, for join_encoded()."},
+    {"join_encoded", (PyCFunction)trace_encoder_join_encoded, METH_O,
+     "join_encoded(encoded_traces) -> bytes: one payload from encode_trace() results."},
+    {"put", (PyCFunction)trace_encoder_put, METH_O,
+     "put(trace): encode a trace into the buffer (all or nothing)."},
+    {"encode", (PyCFunction)trace_encoder_encode, METH_NOARGS,
+     "encode() -> list of (payload, trace_count); empties the buffer."},
+    {"_intern_stats", (PyCFunction)trace_encoder_intern_stats, METH_NOARGS,
+     "Counters of the v0.4 string cache."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot trace_encoder_slots[] = {
+    {Py_tp_doc, "TraceEncoder(version=\"v0.4\", fields=None, *, max_size=20 MiB, "
+                "max_item_size=None, max_payload_size=None, lenient=False, intern=True, "
+                "native_span_events=False)\n\nC core of spanpack.TraceMsgPackEncoder."},
+    {Py_tp_new, trace_encoder_new},
+    {Py_tp_init, trace_encoder_init},
+    {Py_tp_dealloc, trace_encoder_dealloc},
+    {Py_tp_traverse, trace_encoder_traverse},
+    {Py_tp_clear, trace_encoder_clear},
+    {Py_tp_methods, trace_encoder_methods},
+    {Py_tp_members, trace_encoder_members},
+    {Py_tp_getset, trace_encoder_getset},
+    {Py_sq_length, trace_encoder_length},
+    {0, NULL},
+};
+
+static PyType_Spec trace_encoder_spec = {
+    .name = "spanpack.TraceEncoder",
+    .basicsize = sizeof(TraceEncoderObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = trace_encoder_slots,
+};
+
+/* ---------------------------------------------------------------------------
+ * EncodedTrace */
+
+static PyObject *
+encoded_trace_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    PyErr_Format(PyExc_TypeError, "cannot create '%.200s' instances; use "
+                 "TraceMsgPackEncoder.encode_trace()", type->tp_name);
+    return NULL;
+}
+
+static void
+encoded_trace_dealloc(EncodedTraceObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    part_free(&self->part);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static Py_ssize_t
+encoded_trace_length(EncodedTraceObject *self)
+{
+    return outbuf_len(&self->part.body);
+}
+
+static PyObject *
+encoded_trace_get_version(EncodedTraceObject *self, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromFormat("v0.%d", self->version);
+}
+
+static PyGetSetDef encoded_trace_getset[] = {
+    {"version", (getter)encoded_trace_get_version, NULL, "Payload version it was encoded for.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot encoded_trace_slots[] = {
+    {Py_tp_doc, "One trace encoded by TraceMsgPackEncoder.encode_trace(), for join_encoded(). "
+                "len() is its encoded size (for v0.5 without its string table)."},
+    {Py_tp_new, encoded_trace_new},
+    {Py_tp_dealloc, encoded_trace_dealloc},
+    {Py_tp_getset, encoded_trace_getset},
+    {Py_sq_length, encoded_trace_length},
+    {0, NULL},
+};
+
+static PyType_Spec encoded_trace_spec = {
+    .name = "spanpack.EncodedTrace",
+    .basicsize = sizeof(EncodedTraceObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = encoded_trace_slots,
+};
+
+int
+trace_encoder_module_init(PyObject *module, SpanpackState *state)
+{
+    state->buffer_full_error = PyErr_NewExceptionWithDoc(
+        "spanpack.BufferFull", "put() would take the buffer beyond max_size; args[0] is the "
+        "rejected trace's encoded size.", NULL, NULL);
+    state->buffer_item_too_large_error = PyErr_NewExceptionWithDoc(
+        "spanpack.BufferItemTooLarge", "One trace is larger than max_item_size (or "
+        "max_payload_size); args[0] is its encoded size.", NULL, NULL);
+    if (state->buffer_full_error == NULL || state->buffer_item_too_large_error == NULL ||
+        PyModule_AddObjectRef(module, "BufferFull", state->buffer_full_error) < 0 ||
+        PyModule_AddObjectRef(module, "BufferItemTooLarge",
+                              state->buffer_item_too_large_error) < 0) {
+        return -1;
+    }
+    state->trace_encoder_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(module, &trace_encoder_spec, NULL);
+    if (state->trace_encoder_type == NULL ||
+        PyModule_AddType(module, state->trace_encoder_type) < 0) {
+        return -1;
+    }
+    state->encoded_part_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(module, &encoded_trace_spec, NULL);
+    if (state->encoded_part_type == NULL ||
+        PyModule_AddType(module, state->encoded_part_type) < 0) {
+        return -1;
+    }
+    return 0;
+}
