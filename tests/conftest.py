@@ -1,0 +1,49 @@
+"""Shared fixtures: Datadog's APM test agent, started once per test session.
+
+``test_agent`` yields a tests/agent.py ``DDTestAgent`` (base_url,
+start_session, put_payload, traces, clear).  ``agent_session`` gives each test
+its own session token on that agent, so what one test sends never shows up in
+another's traces.
+
+When the agent cannot be started, tests that use it are skipped on a
+developer's machine but fail (with the reason and the agent's log) when the CI
+environment variable is set, so CI can never pass without having talked to it.
+"""
+
+import os
+import re
+import uuid
+
+import pytest
+
+try:  # tests/ is imported as a package
+    from .agent import AgentUnavailable, start_agent
+except ImportError:  # tests/ is on sys.path (pytest's default rootdir-relative import)
+    from agent import AgentUnavailable, start_agent
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session", name="test_agent")
+def _test_agent_fixture():
+    try:
+        agent = start_agent()
+    except AgentUnavailable as e:
+        message = "APM test agent unavailable: %s" % e
+        if _in_ci():
+            pytest.fail(message + "\n(CI is set, so this is a failure, not a skip)", pytrace=False)
+        pytest.skip(message)
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+@pytest.fixture(name="agent_session")
+def _agent_session_fixture(test_agent, request):
+    """The session-wide agent, with a fresh session token started for this test."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:80]
+    test_agent.start_session("%s-%s" % (name, uuid.uuid4().hex[:12]))
+    return test_agent
