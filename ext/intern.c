@@ -90,8 +90,17 @@ key_equal(PyObject *a, PyObject *b)
     if (length != PyUnicode_GET_LENGTH(b) || PyUnicode_KIND(a) != PyUnicode_KIND(b)) {
         return 0;
     }
-    return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b),
-                  (size_t)length * PyUnicode_KIND(a)) == 0;
+    const char *data_a = PyUnicode_DATA(a), *data_b = PyUnicode_DATA(b);
+    size_t size = (size_t)length * PyUnicode_KIND(a);
+    if (size <= 8) {
+        for (size_t i = 0; i < size; i++) {
+            if (data_a[i] != data_b[i]) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    return memcmp(data_a, data_b, size) == 0;
 }
 
 static int
@@ -176,9 +185,13 @@ int
 strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, void *arg,
                uint32_t *index)
 {
-    Py_hash_t hash = PyObject_Hash(str);
+    /* str and bytes cache their hash; read it without a call when set. */
+    Py_hash_t hash = PyUnicode_CheckExact(str) ? ((PyASCIIObject *)str)->hash : -1;
     if (hash == -1) {
-        return -1;
+        hash = PyObject_Hash(str);
+        if (hash == -1) {
+            return -1;
+        }
     }
     size_t i = (size_t)hash & table->mask;
     uint32_t entry;

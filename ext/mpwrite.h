@@ -335,7 +335,7 @@ mp_write_str(OutBuf *buf, const char *data, Py_ssize_t size, int allow_str8)
         return -1;
     }
     mp_put_str_header(buf, (uint32_t)size, allow_str8);
-    memcpy(buf->pos, data, (size_t)size);
+    copy_bytes(buf->pos, data, size);
     buf->pos += size;
     return 0;
 }

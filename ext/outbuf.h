@@ -11,6 +11,9 @@
 #ifndef SPANPACK_OUTBUF_H
 #define SPANPACK_OUTBUF_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "compat.h"
 
 typedef struct {
@@ -56,13 +59,54 @@ outbuf_reserve(OutBuf *buf, Py_ssize_t extra)
     return outbuf_grow(buf, extra);
 }
 
+/* memcpy for the short strings that dominate span payloads: two possibly
+ * overlapping fixed-size moves the compiler inlines, instead of a libc call.
+ * Reads and writes stay within [src, src + size) and [dst, dst + size). */
+static inline void
+copy_bytes(char *dst, const char *src, Py_ssize_t size)
+{
+    if (size >= 8 && size <= 16) {
+        uint64_t head, tail;
+        memcpy(&head, src, 8);
+        memcpy(&tail, src + size - 8, 8);
+        memcpy(dst, &head, 8);
+        memcpy(dst + size - 8, &tail, 8);
+    }
+    else if (size >= 4 && size < 8) {
+        uint32_t head, tail;
+        memcpy(&head, src, 4);
+        memcpy(&tail, src + size - 4, 4);
+        memcpy(dst, &head, 4);
+        memcpy(dst + size - 4, &tail, 4);
+    }
+    else if (size > 16 && size <= 32) {
+        uint64_t a, b, c, d;
+        memcpy(&a, src, 8);
+        memcpy(&b, src + 8, 8);
+        memcpy(&c, src + size - 16, 8);
+        memcpy(&d, src + size - 8, 8);
+        memcpy(dst, &a, 8);
+        memcpy(dst + 8, &b, 8);
+        memcpy(dst + size - 16, &c, 8);
+        memcpy(dst + size - 8, &d, 8);
+    }
+    else if (size < 4) {
+        for (Py_ssize_t i = 0; i < size; i++) {
+            dst[i] = src[i];
+        }
+    }
+    else {
+        memcpy(dst, src, (size_t)size);
+    }
+}
+
 static inline int
 outbuf_write(OutBuf *buf, const void *data, Py_ssize_t size)
 {
     if (outbuf_reserve(buf, size) < 0) {
         return -1;
     }
-    memcpy(buf->pos, data, (size_t)size);
+    copy_bytes(buf->pos, data, size);
     buf->pos += size;
     return 0;
 }

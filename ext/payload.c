@@ -16,8 +16,8 @@ seed_table(StringTable *table, SpanpackState *state, strtable_encode_fn encode)
 
 /* A table entry: its text as a msgpack str (keys are exact str or bytes,
  * validated as UTF-8 when the trace was encoded). */
-static int
-encode_table_entry(void *arg, PyObject *key, OutBuf *out)
+int
+payload_encode_table_entry(void *arg, PyObject *key, OutBuf *out)
 {
     (void)arg;
     const char *utf8;
@@ -85,7 +85,7 @@ payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssiz
     }
     payload->body.pos += PAYLOAD_PREFIX_RESERVE;
     if (version == 5 && (strtable_init(&payload->table, 1024) < 0 ||
-                         seed_table(&payload->table, state, encode_table_entry) < 0)) {
+                         seed_table(&payload->table, state, payload_encode_table_entry) < 0)) {
         payload_free(payload);
         return -1;
     }
@@ -150,7 +150,7 @@ append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
     }
     int result = -1;
     for (uint32_t i = 0; i < local->count; i++) {
-        if (strtable_index(&payload->table, local->strings[i], encode_table_entry, NULL,
+        if (strtable_index(&payload->table, local->strings[i], payload_encode_table_entry, NULL,
                            &index_map[i]) < 0) {
             goto error;
         }

@@ -48,6 +48,9 @@ typedef struct {
 PayloadMark payload_mark(const PayloadBuilder *payload);
 void payload_rollback(PayloadBuilder *payload, PayloadMark mark);
 
+/* Encodes a new entry of a payload's string table (a msgpack str). */
+int payload_encode_table_entry(void *arg, PyObject *key, OutBuf *out);
+
 /* Append one encoded trace; on failure the payload is unchanged. */
 int payload_append(PayloadBuilder *payload, const EncodedPart *part);
 

@@ -2,7 +2,8 @@
  * payload's string table.  A trace is written against its own table (indexes
  * 0 = "" and 1 = "_dd.origin" fixed, as in every payload table); the other
  * string references are left as holes that joining the trace into a payload
- * fills with that payload's indexes. */
+ * fills with that payload's indexes.  A one-shot encode writes straight
+ * against the payload's table instead. */
 #include "spanwrite.h"
 
 #define V05_SPAN_ELEMENTS 12
@@ -11,15 +12,16 @@
 /* Start and duration are clamped to [0, 2**63 - 1]. */
 #define V05_MAX_TIME INT64_MAX
 
-/* A string reference by local index: 0 and 1 mean the same in every table,
- * so they are written at once; others become holes. */
+/* A string reference.  Written at once when the table is the payload's; in
+ * an encoded trace's own table only 0 and 1 mean the same as in every
+ * payload, so the others become holes. */
 static int
-v05_write_index(SpanWriter *w, uint32_t local_index)
+v05_write_index(SpanWriter *w, uint32_t index)
 {
-    if (local_index <= V05_ORIGIN_KEY_INDEX) {
-        return mp_write_byte(w->out, (unsigned char)local_index);
+    if (w->holes == NULL || index <= V05_ORIGIN_KEY_INDEX) {
+        return mp_write_uint(w->out, index);
     }
-    return holes_push(w->holes, outbuf_len(w->out), local_index);
+    return holes_push(w->holes, outbuf_len(w->out), index);
 }
 
 /* The table key for a text value: the (truncated) exact str or exact bytes,
@@ -37,7 +39,7 @@ v05_text_index(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
         if (!PyUnicode_IS_ASCII(value) && PyUnicode_AsUTF8AndSize(value, NULL) == NULL) {
             return span_reraise(w, field, key);
         }
-        return strtable_index(w->local_strings, value, NULL, NULL, index);
+        return strtable_index(w->strings, value, w->encode_string, NULL, index);
     }
     PreparedText text;
     int prepared = text_prepare(w, value, field, key, &text);
@@ -45,7 +47,7 @@ v05_text_index(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
         *index = V05_EMPTY_INDEX;
         return prepared;
     }
-    int result = strtable_index(w->local_strings, text.object, NULL, NULL, index);
+    int result = strtable_index(w->strings, text.object, w->encode_string, NULL, index);
     Py_DECREF(text.object);
     return result;
 }

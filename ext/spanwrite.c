@@ -511,7 +511,8 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
     while (PyDict_Next(dict, &pos, &key, &value)) {
         Py_ssize_t entry_start = outbuf_len(w->out);
         Py_ssize_t holes_before = w->holes ? w->holes->count : 0;
-        uint32_t strings_before = w->local_strings ? w->local_strings->count : 0;
+        uint32_t strings_before = w->strings ? w->strings->count : 0;
+        Py_ssize_t encoded_before = w->strings ? outbuf_len(&w->strings->encoded) : 0;
         Py_INCREF(key);
         Py_INCREF(value);
         int result = write_entry(w, key, value);
@@ -525,8 +526,9 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
             outbuf_truncate(w->out, entry_start);
             if (w->holes != NULL) {
                 w->holes->count = holes_before;
-                strtable_rollback(w->local_strings, strings_before,
-                                  outbuf_len(&w->local_strings->encoded));
+            }
+            if (w->strings != NULL) {
+                strtable_rollback(w->strings, strings_before, encoded_before);
             }
             w->dropped_tags++;
         }

@@ -48,8 +48,12 @@ typedef struct {
     Py_ssize_t trace_index;
     Py_ssize_t span_index;
     OutBuf *out;
-    /* v0.5: the encoded trace's own string table and its holes in `out`. */
-    StringTable *local_strings;
+    /* v0.5: the string table that indexes are taken from.  Either the
+     * encoded trace's own table, with holes recorded in `holes` and no
+     * encoding (encode_string NULL), or, when writing straight into a
+     * payload, the payload's table (holes NULL, encode_string set). */
+    StringTable *strings;
+    strtable_encode_fn encode_string;
     HoleList *holes;
 } SpanWriter;
 

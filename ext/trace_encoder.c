@@ -61,9 +61,33 @@ writer_init(TraceEncoderObject *self, SpanWriter *w, OutBuf *out, EncodedPart *p
     w->trace_index = trace_index;
     w->out = out;
     if (self->version == 5 && part != NULL) {
-        w->local_strings = &part->strings;
+        w->strings = &part->strings;
         w->holes = &part->holes;
     }
+}
+
+/* A one-shot encode writes straight into its payload: no copy for v0.4, and
+ * for v0.5 indexes from the payload's own table (no holes to fill). */
+static int
+write_into_payload(TraceEncoderObject *self, PayloadBuilder *payload, PyObject *trace,
+                   Py_ssize_t index, Py_ssize_t *dropped)
+{
+    SpanWriter w;
+    writer_init(self, &w, &payload->body, NULL, index);
+    int result;
+    if (self->version == 5) {
+        w.strings = &payload->table;
+        w.encode_string = payload_encode_table_entry;
+        result = v05_write_trace(&w, trace);
+    }
+    else {
+        result = v04_write_trace(&w, trace);
+    }
+    *dropped = w.dropped_tags;
+    if (result == 0) {
+        payload->trace_count++;
+    }
+    return result;
 }
 
 /* Encode `trace` into `part` (reset first).  Dropped tags are only counted
@@ -254,36 +278,16 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
     PayloadBuilder payload;
-    EncodedPart part;
-    int have_part = 0;
     Py_ssize_t dropped = 0;
     PyObject *result = NULL;
     if (payload_init(&payload, self->state, self->version, 16 * 1024) < 0) {
         Py_DECREF(items);
         return NULL;
     }
-    if (part_init(&part, self->state, self->version) < 0) {
-        goto error;
-    }
-    have_part = 1;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *trace = Py_NewRef(PySequence_Fast_GET_ITEM(items, i));
         Py_ssize_t trace_dropped;
-        int failed;
-        if (self->version == 4) {
-            /* v0.4 needs no index fix-up: write straight into the payload. */
-            SpanWriter w;
-            writer_init(self, &w, &payload.body, NULL, i);
-            failed = v04_write_trace(&w, trace) < 0;
-            trace_dropped = w.dropped_tags;
-            if (!failed) {
-                payload.trace_count++;
-            }
-        }
-        else {
-            failed = encode_part(self, &part, trace, i, &trace_dropped) < 0 ||
-                     payload_append(&payload, &part) < 0;
-        }
+        int failed = write_into_payload(self, &payload, trace, i, &trace_dropped) < 0;
         Py_DECREF(trace);
         if (failed) {
             goto error;
@@ -295,9 +299,6 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
         self->dropped_tags += dropped;
     }
 error:
-    if (have_part) {
-        part_free(&part);
-    }
     payload_free(&payload);
     Py_DECREF(items);
     return result;
