@@ -98,7 +98,7 @@ write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
         }
         PyErr_Clear();
     }
-    return span_error(w, PyExc_OverflowError, "metrics", key,
+    return span_error(w, PyExc_ValueError, "metrics", key,
                       "%R does not fit in 64 bits", value);
 }
 

@@ -111,7 +111,7 @@ v05_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
         }
         PyErr_Clear();
     }
-    return span_error(w, PyExc_OverflowError, "metrics", key, "%R does not fit in 64 bits",
+    return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits",
                       value);
 }
 
@@ -191,7 +191,7 @@ v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t or
         }
         error_value = PyLong_AsLongAndOverflow(error_obj, &overflow);
         if (overflow != 0 || error_value < INT32_MIN || error_value > INT32_MAX) {
-            span_error(w, PyExc_OverflowError, "error", NULL, "%R does not fit in 32 bits",
+            span_error(w, PyExc_ValueError, "error", NULL, "%R does not fit in 32 bits",
                        error_obj);
             goto error;
         }

@@ -74,10 +74,8 @@ span_reraise(SpanWriter *w, const char *field, PyObject *key)
     else if (PyErr_ExceptionMatches(PyExc_TypeError)) {
         type = PyExc_TypeError;
     }
-    else if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        type = PyExc_OverflowError;
-    }
-    else if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+    else if (PyErr_ExceptionMatches(PyExc_OverflowError) ||
+             PyErr_ExceptionMatches(PyExc_ValueError)) {
         type = PyExc_ValueError;
     }
     if (type == NULL) {
@@ -232,7 +230,7 @@ span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
             return -1;
         }
         PyErr_Clear();
-        return span_error(w, PyExc_OverflowError, field, NULL,
+        return span_error(w, PyExc_ValueError, field, NULL,
                           "%R is outside the unsigned 64-bit range", value);
     }
     *out = (uint64_t)result;
@@ -249,7 +247,7 @@ span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
     int overflow;
     long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
     if (overflow != 0) {
-        return span_error(w, PyExc_OverflowError, field, NULL,
+        return span_error(w, PyExc_ValueError, field, NULL,
                           "%R is outside the signed 64-bit range", value);
     }
     if (result == -1 && PyErr_Occurred()) {
@@ -293,7 +291,7 @@ read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
     Py_DECREF(high);
     if (high_bits == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
-        return span_error(w, PyExc_OverflowError, "trace_id", NULL,
+        return span_error(w, PyExc_ValueError, "trace_id", NULL,
                           "%R is outside the unsigned 128-bit range", value);
     }
     info->trace_id_low = PyLong_AsUnsignedLongLongMask(value);

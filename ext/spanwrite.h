@@ -69,7 +69,7 @@ int span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key,
                const char *format, ...);
 
 /* Re-raise the current exception with the location prefixed when it is a
- * TypeError, ValueError or OverflowError (UnicodeError becomes ValueError),
+ * TypeError or ValueError (OverflowError and UnicodeError become ValueError),
  * the original as __cause__; other exceptions pass through.  Returns -1. */
 int span_reraise(SpanWriter *w, const char *field, PyObject *key);
 
