@@ -722,7 +722,8 @@ options_from_args(SpanpackState *state, const OptionArgs *args, PackOptions *opt
             return -1;
         }
         if (size < 0) {
-            PyErr_SetString(PyExc_ValueError, "buf_size must be non-negative");
+            /* msgpack-python converts buf_size to size_t, which raises this. */
+            PyErr_SetString(PyExc_OverflowError, "can't convert negative int to unsigned");
             return -1;
         }
         *buf_size = size;
@@ -1156,6 +1157,11 @@ spanpack_packb(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObje
     if (pack_object(&options, &buf, args[0], PACK_NEST_LIMIT) < 0) {
         outbuf_free(&buf);
         return NULL;
+    }
+    if (!autoreset) {
+        /* Packer(autoreset=False).pack() returns None, and so does packb. */
+        outbuf_free(&buf);
+        Py_RETURN_NONE;
     }
     return outbuf_finish_bytes(&buf);
 }

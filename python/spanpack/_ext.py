@@ -116,6 +116,8 @@ class Timestamp:
 
     @staticmethod
     def from_datetime(dt: _datetime.datetime) -> "Timestamp":
-        """From an aware datetime."""
+        """From a datetime; a naive one is taken as local time, like datetime.timestamp()."""
+        if dt.tzinfo is None:
+            dt = dt.astimezone()
         delta = dt - _EPOCH
         return Timestamp(delta.days * 86400 + delta.seconds, delta.microseconds * 1000)
