@@ -169,6 +169,10 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
                                      &native_span_events)) {
         return -1;
     }
+    if (self->scratch_in_use) {
+        PyErr_SetString(PyExc_RuntimeError, "TraceEncoder.__init__() called during put()");
+        return -1;
+    }
     int version_number;
     if (strcmp(version, "v0.4") == 0) {
         version_number = 4;
