@@ -5,39 +5,11 @@
 /* A key known at compile time, header byte included. */
 #define WRITE_KEY(w, literal) outbuf_write((w)->out, literal, (Py_ssize_t)sizeof(literal) - 1)
 
-/* str (cached when interning is on), bytes, or None where allowed. */
-static int
-v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
-               int allow_none)
+/* Everything but a short exact str: bytes, None, str subclasses, long str. */
+static SP_NOINLINE int
+v04_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+                    int allow_none)
 {
-    if (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
-        if (w->cache != NULL) {
-            const StrCacheSlot *slot = strcache_lookup(w->cache, value);
-            if (slot != NULL) {
-                return outbuf_write(w->out, strcache_bytes(w->cache, slot), slot->size);
-            }
-        }
-        const char *data;
-        Py_ssize_t size;
-        if (PyUnicode_IS_COMPACT_ASCII(value)) {
-            data = (const char *)PyUnicode_DATA(value);
-            size = PyUnicode_GET_LENGTH(value);
-        }
-        else {
-            data = PyUnicode_AsUTF8AndSize(value, &size);
-            if (data == NULL) {
-                return span_reraise(w, field, key);
-            }
-        }
-        Py_ssize_t before = outbuf_len(w->out);
-        if (mp_write_str(w->out, data, size, 1) < 0) {
-            return -1;
-        }
-        if (w->cache != NULL) {
-            strcache_store(w->cache, value, w->out->start + before, outbuf_len(w->out) - before);
-        }
-        return 0;
-    }
     if (value == Py_None && allow_none) {
         return mp_write_byte(w->out, 0xc0);
     }
@@ -52,6 +24,49 @@ v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
     int result = mp_write_str(w->out, text.utf8, text.size, 1);
     Py_DECREF(text.object);
     return result;
+}
+
+/* A str not yet in the cache: encode it, then remember its bytes. */
+static SP_NOINLINE int
+v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
+{
+    const char *data;
+    Py_ssize_t size;
+    if (PyUnicode_IS_COMPACT_ASCII(value)) {
+        data = (const char *)PyUnicode_DATA(value);
+        size = PyUnicode_GET_LENGTH(value);
+    }
+    else {
+        data = PyUnicode_AsUTF8AndSize(value, &size);
+        if (data == NULL) {
+            return span_reraise(w, field, key);
+        }
+    }
+    Py_ssize_t before = outbuf_len(w->out);
+    if (mp_write_str(w->out, data, size, 1) < 0) {
+        return -1;
+    }
+    if (w->cache != NULL) {
+        strcache_store(w->cache, value, w->out->start + before, outbuf_len(w->out) - before);
+    }
+    return 0;
+}
+
+/* str (cached when interning is on), bytes, or None where allowed. */
+static inline int
+v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+               int allow_none)
+{
+    if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN)) {
+        if (w->cache != NULL) {
+            const StrCacheSlot *slot = strcache_lookup(w->cache, value);
+            if (slot != NULL) {
+                return outbuf_write(w->out, strcache_bytes(w->cache, slot), slot->size);
+            }
+        }
+        return v04_write_str_uncached(w, value, field, key);
+    }
+    return v04_write_text_slow(w, value, field, key, allow_none);
 }
 
 static int

@@ -495,14 +495,21 @@ is_data_error(void)
            PyErr_ExceptionMatches(PyExc_OverflowError);
 }
 
-int
-write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
-                   Py_ssize_t *written)
+/* A dict changed by Python code run while it was being written. */
+static int
+raise_dict_changed(SpanWriter *w, const char *field)
 {
-    *written = 0;
-    if (dict == NULL || dict == Py_None) {
-        return 0;
-    }
+    PyErr_Format(PyExc_RuntimeError, "trace %zd, span %zd, %s: dict changed size during encoding",
+                 w->trace_index, w->span_index, field);
+    return -1;
+}
+
+/* Lenient mode: an entry that fails with bad data is rolled back and
+ * counted instead of failing the trace. */
+static SP_NOINLINE int
+write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
+                           EntryWriter write_entry, Py_ssize_t *written)
+{
     Py_ssize_t expected = PyDict_GET_SIZE(dict);
     Py_ssize_t pos = 0;
     PyObject *key, *value;
@@ -516,10 +523,10 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
         int result = write_entry(w, key, value);
         Py_DECREF(key);
         Py_DECREF(value);
-        if (result < 0) {
-            if (!w->lenient || !is_data_error()) {
-                return -1;
-            }
+        if (result == 0) {
+            (*written)++;
+        }
+        else if (is_data_error()) {
             PyErr_Clear();
             outbuf_truncate(w->out, entry_start);
             if (w->holes != NULL) {
@@ -531,14 +538,45 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
             w->dropped_tags++;
         }
         else {
-            (*written)++;
-        }
-        if (PyDict_GET_SIZE(dict) != expected) {
-            PyErr_Format(PyExc_RuntimeError, "trace %zd, span %zd, %s: dict changed size during "
-                         "encoding", w->trace_index, w->span_index, field);
             return -1;
         }
+        if (PyDict_GET_SIZE(dict) != expected) {
+            return raise_dict_changed(w, field);
+        }
     }
+    return 0;
+}
+
+int
+write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
+                   Py_ssize_t *written)
+{
+    *written = 0;
+    if (dict == NULL || dict == Py_None) {
+        return 0;
+    }
+    if (w->lenient) {
+        return write_dict_entries_lenient(w, dict, field, write_entry, written);
+    }
+    Py_ssize_t expected = PyDict_GET_SIZE(dict);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        /* Strong references: an entry writer may run Python code (a str
+         * subclass, a converter) that mutates the dict. */
+        Py_INCREF(key);
+        Py_INCREF(value);
+        int result = write_entry(w, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (result < 0) {
+            return -1;
+        }
+        if (PyDict_GET_SIZE(dict) != expected) {
+            return raise_dict_changed(w, field);
+        }
+    }
+    *written = expected;
     return 0;
 }
 
