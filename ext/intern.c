@@ -71,38 +71,6 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
 #define STRTABLE_INITIAL_CAPACITY 64
 #define STRTABLE_KEEP_CAPACITY 4096
 
-/* Keys are exact str or exact bytes; a str never equals a bytes. */
-static int
-key_equal(PyObject *a, PyObject *b)
-{
-    if (a == b) {
-        return 1;
-    }
-    if (Py_TYPE(a) != Py_TYPE(b)) {
-        return 0;
-    }
-    if (PyBytes_CheckExact(a)) {
-        return PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
-               memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b),
-                      (size_t)PyBytes_GET_SIZE(a)) == 0;
-    }
-    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
-    if (length != PyUnicode_GET_LENGTH(b) || PyUnicode_KIND(a) != PyUnicode_KIND(b)) {
-        return 0;
-    }
-    const char *data_a = PyUnicode_DATA(a), *data_b = PyUnicode_DATA(b);
-    size_t size = (size_t)length * PyUnicode_KIND(a);
-    if (size <= 8) {
-        for (size_t i = 0; i < size; i++) {
-            if (data_a[i] != data_b[i]) {
-                return 0;
-            }
-        }
-        return 1;
-    }
-    return memcmp(data_a, data_b, size) == 0;
-}
-
 static int
 strtable_alloc(StringTable *table, uint32_t capacity)
 {
@@ -182,27 +150,18 @@ strtable_free(StringTable *table)
 }
 
 int
-strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, void *arg,
-               uint32_t *index)
+strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
+                void *arg, uint32_t *index)
 {
-    /* str and bytes cache their hash; read it without a call when set. */
-    Py_hash_t hash = PyUnicode_CheckExact(str) ? ((PyASCIIObject *)str)->hash : -1;
     if (hash == -1) {
         hash = PyObject_Hash(str);
         if (hash == -1) {
             return -1;
         }
-    }
-    size_t i = (size_t)hash & table->mask;
-    uint32_t entry;
-    while ((entry = table->index_of[i]) != 0) {
-        uint32_t candidate = entry - 1;
-        if (table->hashes[candidate] == hash &&
-            key_equal(table->strings[candidate], str)) {
-            *index = candidate;
+        /* Not seen with its hash before: it may still be in the table. */
+        if (strtable_find(table, str, hash, index)) {
             return 0;
         }
-        i = (i + 1) & table->mask;
     }
     if (table->count == UINT32_MAX - 1) {
         PyErr_SetString(PyExc_ValueError, "string table is full");

@@ -14,6 +14,7 @@
 #define SPANPACK_INTERN_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "outbuf.h"
 
@@ -92,17 +93,97 @@ typedef struct {
     OutBuf encoded; /* the table's str entries, msgpack-encoded, in index order */
 } StringTable;
 
+/* Writes the msgpack form of a new table entry `str` to `out`. */
+typedef int (*strtable_encode_fn)(void *arg, PyObject *str, OutBuf *out);
+
 /* encoded_capacity: initial room for encoded entries (tables that never
  * encode, such as an encoded trace's local table, pass 1). */
 int strtable_init(StringTable *table, Py_ssize_t encoded_capacity);
 void strtable_free(StringTable *table);
 
+static inline int
+strtable_bytes_equal(const char *a, const char *b, size_t size)
+{
+    /* Short keys dominate: compare with two overlapping loads, not a call. */
+    if (size >= 8 && size <= 16) {
+        uint64_t a1, a2, b1, b2;
+        memcpy(&a1, a, 8);
+        memcpy(&b1, b, 8);
+        memcpy(&a2, a + size - 8, 8);
+        memcpy(&b2, b + size - 8, 8);
+        return a1 == b1 && a2 == b2;
+    }
+    if (size >= 4 && size < 8) {
+        uint32_t a1, a2, b1, b2;
+        memcpy(&a1, a, 4);
+        memcpy(&b1, b, 4);
+        memcpy(&a2, a + size - 4, 4);
+        memcpy(&b2, b + size - 4, 4);
+        return a1 == b1 && a2 == b2;
+    }
+    return memcmp(a, b, size) == 0;
+}
+
+/* Keys are exact str or exact bytes; a str never equals a bytes. */
+static inline int
+strtable_key_equal(PyObject *a, PyObject *b)
+{
+    if (a == b) {
+        return 1;
+    }
+    if (Py_TYPE(a) != Py_TYPE(b)) {
+        return 0;
+    }
+    if (PyBytes_CheckExact(a)) {
+        return PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
+               memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b),
+                      (size_t)PyBytes_GET_SIZE(a)) == 0;
+    }
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    if (length != PyUnicode_GET_LENGTH(b) || PyUnicode_KIND(a) != PyUnicode_KIND(b)) {
+        return 0;
+    }
+    return strtable_bytes_equal(PyUnicode_DATA(a), PyUnicode_DATA(b),
+                                (size_t)length * PyUnicode_KIND(a));
+}
+
+/* 1 and *index set when `str` (with this hash) is in the table, else 0. */
+static inline int
+strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t *index)
+{
+    size_t i = (size_t)hash & table->mask;
+    uint32_t entry;
+    while ((entry = table->index_of[i]) != 0) {
+        uint32_t candidate = entry - 1;
+        if (table->hashes[candidate] == hash &&
+            strtable_key_equal(table->strings[candidate], str)) {
+            *index = candidate;
+            return 1;
+        }
+        i = (i + 1) & table->mask;
+    }
+    return 0;
+}
+
+/* Add `str` (hash -1: not computed yet), encoding it with `encode` unless
+ * NULL.  The slow path of strtable_index. */
+int strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
+                    void *arg, uint32_t *index);
+
 /* Index of `str` (an exact str or exact bytes), adding it when new.  The
  * encoded form of a new entry is written by `encode(arg, str, out)` unless
  * encode is NULL. */
-typedef int (*strtable_encode_fn)(void *arg, PyObject *str, OutBuf *out);
-int strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, void *arg,
-                   uint32_t *index);
+static inline int
+strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, void *arg,
+               uint32_t *index)
+{
+    /* str and bytes cache their hash; str's is read without a call. */
+    Py_hash_t hash = PyUnicode_CheckExact(str) ? ((PyASCIIObject *)str)->hash : -1;
+    if (hash != -1 && strtable_find(table, str, hash, index)) {
+        return 0;
+    }
+    return strtable_insert(table, str, hash, encode, arg, index);
+}
 
 /* Forget every entry from `count` on (count must not exceed table->count),
  * truncating the encoded entries to `encoded_len`. */
