@@ -4,8 +4,10 @@
 #if PY_VERSION_HEX < 0x030C0000
 #include <structmember.h>
 #define SP_T_OBJECT_EX T_OBJECT_EX
+#define SP_READONLY READONLY
 #else
 #define SP_T_OBJECT_EX Py_T_OBJECT_EX
+#define SP_READONLY Py_READONLY
 #endif
 
 const char *const span_field_names[SF_COUNT] = {
@@ -181,7 +183,7 @@ slot_offset(PyTypeObject *type, PyObject *name)
     Py_ssize_t offset = 0;
     if (Py_TYPE(descr) == &PyMemberDescr_Type) {
         PyMemberDescrObject *member = (PyMemberDescrObject *)descr;
-        if (member->d_member->type == SP_T_OBJECT_EX && !(member->d_member->flags & READONLY) &&
+        if (member->d_member->type == SP_T_OBJECT_EX && !(member->d_member->flags & SP_READONLY) &&
             PyType_IsSubtype(type, PyDescr_TYPE(descr))) {
             offset = member->d_member->offset;
         }
