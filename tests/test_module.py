@@ -1,0 +1,77 @@
+"""The extension module itself: multi-phase init, module state, subinterpreters."""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import tempfile
+
+import pytest
+
+import spanpack
+import spanpack._spanpack as core
+
+SPAN = {"trace_id": 7, "span_id": 8, "name": "op", "service": "svc", "resource": "r", "start_ns": 1}
+
+
+def load_fresh_instance():
+    """A second, independent instance of the extension module (PEP 489)."""
+    spec = importlib.util.spec_from_file_location("spanpack._spanpack", core.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_two_module_instances_have_their_own_types_and_both_work():
+    other = load_fresh_instance()
+    assert other is not core
+    assert other.Packer is not core.Packer
+    assert other.TraceEncoder is not core.TraceEncoder
+    assert other.BufferFull is not core.BufferFull
+    assert other.packb([1, "a"]) == core.packb([1, "a"])
+    assert other.TraceEncoder().encode_traces([[SPAN]]) == core.TraceEncoder().encode_traces([[SPAN]])
+
+
+def test_types_are_heap_types_bound_to_their_module():
+    for cls in (core.Packer, core.TraceEncoder, core.EncodedTrace):
+        assert cls.__flags__ & (1 << 9), cls  # Py_TPFLAGS_HEAPTYPE
+        assert cls.__module__ == "spanpack"
+
+
+def test_subclasses_find_the_module_state():
+    class MyPacker(spanpack.Packer):
+        pass
+
+    class MyEncoder(spanpack.TraceMsgPackEncoder):
+        pass
+
+    assert MyPacker().pack(spanpack.ExtType(1, b"x")) == spanpack.packb(spanpack.ExtType(1, b"x"))
+    assert MyEncoder("v0.5").encode_traces([[SPAN]]) == spanpack.TraceMsgPackEncoder("v0.5").encode_traces([[SPAN]])
+
+
+def test_encoded_trace_cannot_be_made_directly():
+    with pytest.raises(TypeError):
+        spanpack.EncodedTrace()
+
+
+def test_works_in_a_subinterpreter():
+    _testcapi = pytest.importorskip("_testcapi")
+    if not hasattr(_testcapi, "run_in_subinterp"):
+        pytest.skip("no _testcapi.run_in_subinterp")
+    with tempfile.TemporaryDirectory() as directory:
+        result_path = os.path.join(directory, "result")
+        code = f"""
+import sys
+sys.path[:0] = {sys.path!r}
+import spanpack
+payload = spanpack.TraceMsgPackEncoder("v0.5").encode_traces([[{SPAN!r}]])
+with open({result_path!r}, "wb") as out:
+    out.write(spanpack.packb([payload, spanpack.Timestamp(1, 2)]))
+"""
+        assert _testcapi.run_in_subinterp(code) == 0
+        with open(result_path, "rb") as result:
+            got = result.read()
+    expected = spanpack.packb(
+        [spanpack.TraceMsgPackEncoder("v0.5").encode_traces([[SPAN]]), spanpack.Timestamp(1, 2)]
+    )
+    assert got == expected
