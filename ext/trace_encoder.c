@@ -379,9 +379,15 @@ error:
 /* ---------------------------------------------------------------------------
  * Buffered encoding */
 
+/* Bytes encode() would return now.  An empty current payload counts only
+ * when nothing else is buffered (then, as in ddtrace, `size` is the size of
+ * an empty payload). */
 static Py_ssize_t
 buffered_size(TraceEncoderObject *self)
 {
+    if (self->current.trace_count == 0 && self->sealed_traces > 0) {
+        return self->sealed_size;
+    }
     return self->sealed_size + payload_size(&self->current);
 }
 
