@@ -54,9 +54,10 @@ outbuf_grow(OutBuf *buf, Py_ssize_t extra)
         return -1;
     }
     Py_ssize_t needed = used + extra;
-    /* Grow by 1.5x so repeated appends stay amortised O(1) without doubling
-     * the peak memory of very large payloads. */
-    Py_ssize_t new_capacity = capacity + (capacity >> 1);
+    /* Double small buffers; grow large ones by 1/8 so a payload's buffer is
+     * never much larger than the payload (growing a large block is a cheap
+     * remap, not a copy, so appends stay amortised O(1)). */
+    Py_ssize_t new_capacity = capacity < (1 << 20) ? capacity * 2 : capacity + (capacity >> 3);
     if (new_capacity < needed || new_capacity < capacity) {
         new_capacity = needed;
     }
