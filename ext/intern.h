@@ -20,8 +20,8 @@
 
 /* ---- v0.4 encoded-string cache ---- */
 
-#define STRCACHE_SLOTS 4096         /* power of two */
-#define STRCACHE_MAX_ENTRY 512      /* longer encodings are not cached */
+#define STRCACHE_SLOTS 4096    /* power of two */
+#define STRCACHE_MAX_ENTRY 512 /* longer encodings are not cached */
 #define STRCACHE_ARENA_BYTES (512 * 1024)
 
 typedef struct {
@@ -84,8 +84,8 @@ void strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, 
 /* ---- v0.5 string table ---- */
 
 typedef struct {
-    PyObject **strings;  /* by index; exact str or bytes, strong references */
-    Py_hash_t *hashes;   /* by index */
+    PyObject **strings; /* by index; exact str or bytes, strong references */
+    Py_hash_t *hashes;  /* by index */
     uint32_t count;
     uint32_t capacity;
     uint32_t *index_of; /* open addressing: 0 empty, else index + 1 */
@@ -136,8 +136,7 @@ strtable_key_equal(PyObject *a, PyObject *b)
     }
     if (PyBytes_CheckExact(a)) {
         return PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
-               memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b),
-                      (size_t)PyBytes_GET_SIZE(a)) == 0;
+               memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0;
     }
     Py_ssize_t length = PyUnicode_GET_LENGTH(a);
     if (length != PyUnicode_GET_LENGTH(b) || PyUnicode_KIND(a) != PyUnicode_KIND(b)) {

@@ -86,8 +86,8 @@ init_datetime_support(SpanpackState *state)
     if (utc == NULL) {
         goto error;
     }
-    state->epoch = PyObject_CallFunction(state->datetime_type, "iiiiiiiO", 1970, 1, 1, 0, 0, 0,
-                                         0, utc);
+    state->epoch =
+        PyObject_CallFunction(state->datetime_type, "iiiiiiiO", 1970, 1, 1, 0, 0, 0, 0, utc);
     if (state->epoch == NULL) {
         goto error;
     }
@@ -121,33 +121,33 @@ spanpack_exec(PyObject *module)
 }
 
 /* Every PyObject * in the state, for traverse and clear. */
-#define SPANPACK_STATE_OBJECTS(X)                                                               \
-    X(packer_type)                                                                             \
-    X(trace_encoder_type)                                                                      \
-    X(encoded_part_type)                                                                       \
-    X(ext_type)                                                                                \
-    X(timestamp_type)                                                                          \
-    X(datetime_type)                                                                           \
-    X(timedelta_type)                                                                          \
-    X(epoch)                                                                                   \
-    X(buffer_full_error)                                                                       \
-    X(buffer_item_too_large_error)                                                             \
-    X(links_for_v04)                                                                           \
-    X(links_json)                                                                              \
-    X(events_for_v04)                                                                          \
-    X(events_json)                                                                             \
-    X(str_items)                                                                               \
-    X(str_code)                                                                                \
-    X(str_data)                                                                                \
-    X(str_seconds)                                                                             \
-    X(str_nanoseconds)                                                                         \
-    X(str_tzinfo)                                                                              \
-    X(str_days)                                                                                \
-    X(str_microseconds)                                                                        \
-    X(str_empty)                                                                               \
-    X(str_origin_key)                                                                          \
-    X(str_trace_id_high_key)                                                                   \
-    X(str_span_links_key)                                                                      \
+#define SPANPACK_STATE_OBJECTS(X)                                                                  \
+    X(packer_type)                                                                                 \
+    X(trace_encoder_type)                                                                          \
+    X(encoded_part_type)                                                                           \
+    X(ext_type)                                                                                    \
+    X(timestamp_type)                                                                              \
+    X(datetime_type)                                                                               \
+    X(timedelta_type)                                                                              \
+    X(epoch)                                                                                       \
+    X(buffer_full_error)                                                                           \
+    X(buffer_item_too_large_error)                                                                 \
+    X(links_for_v04)                                                                               \
+    X(links_json)                                                                                  \
+    X(events_for_v04)                                                                              \
+    X(events_json)                                                                                 \
+    X(str_items)                                                                                   \
+    X(str_code)                                                                                    \
+    X(str_data)                                                                                    \
+    X(str_seconds)                                                                                 \
+    X(str_nanoseconds)                                                                             \
+    X(str_tzinfo)                                                                                  \
+    X(str_days)                                                                                    \
+    X(str_microseconds)                                                                            \
+    X(str_empty)                                                                                   \
+    X(str_origin_key)                                                                              \
+    X(str_trace_id_high_key)                                                                       \
+    X(str_span_links_key)                                                                          \
     X(str_events_key)
 
 static int

@@ -209,11 +209,21 @@ mp_put_ext_header(OutBuf *buf, int8_t code, uint32_t n)
 {
     char *p = buf->pos;
     switch (n) {
-    case 1: p[0] = (char)0xd4; break;
-    case 2: p[0] = (char)0xd5; break;
-    case 4: p[0] = (char)0xd6; break;
-    case 8: p[0] = (char)0xd7; break;
-    case 16: p[0] = (char)0xd8; break;
+    case 1:
+        p[0] = (char)0xd4;
+        break;
+    case 2:
+        p[0] = (char)0xd5;
+        break;
+    case 4:
+        p[0] = (char)0xd6;
+        break;
+    case 8:
+        p[0] = (char)0xd7;
+        break;
+    case 16:
+        p[0] = (char)0xd8;
+        break;
     default:
         if (n < 256) {
             p[0] = (char)0xc7;

@@ -68,6 +68,7 @@ copy_bytes(char *dst, const char *src, Py_ssize_t size)
     if (size >= 8 && size <= 16) {
         uint64_t head, tail;
         memcpy(&head, src, 8);
+        // cppcheck-suppress pointerOutOfBoundsCond ; size >= 8 here
         memcpy(&tail, src + size - 8, 8);
         memcpy(dst, &head, 8);
         memcpy(dst + size - 8, &tail, 8);

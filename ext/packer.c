@@ -592,8 +592,7 @@ pack_value_slow(const PackOptions *options, OutBuf *buf, PyObject *obj, int will
 }
 
 static inline int
-pack_value(const PackOptions *options, OutBuf *buf, PyObject *obj, int will_default,
-           int nest_limit)
+pack_value(const PackOptions *options, OutBuf *buf, PyObject *obj, int will_default, int nest_limit)
 {
     PyTypeObject *type = Py_TYPE(obj);
     if (type == &PyUnicode_Type) {
@@ -736,8 +735,8 @@ options_from_args(SpanpackState *state, const OptionArgs *args, PackOptions *opt
 
 typedef struct {
     PyObject_HEAD
-    PackOptions options;     /* options.default_fn borrows default_fn below */
-    PyObject *default_fn;    /* strong reference or NULL */
+    PackOptions options;      /* options.default_fn borrows default_fn below */
+    PyObject *default_fn;     /* strong reference or NULL */
     PyObject *unicode_errors; /* keeps options.unicode_errors' text alive */
     OutBuf buf;
     Py_ssize_t exports; /* live buffer-protocol views of `buf` */
@@ -771,8 +770,7 @@ static int
 packer_check_exports(PackerObject *self)
 {
     if (self->exports > 0) {
-        PyErr_SetString(PyExc_BufferError,
-                        "Existing exports of data: Packer cannot be changed");
+        PyErr_SetString(PyExc_BufferError, "Existing exports of data: Packer cannot be changed");
         return -1;
     }
     return 0;
@@ -781,9 +779,9 @@ packer_check_exports(PackerObject *self)
 static int
 packer_init(PackerObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"default",      "use_single_float", "autoreset",
-                               "use_bin_type", "strict_types",     "datetime",
-                               "unicode_errors", "buf_size",       NULL};
+    static char *keywords[] = {"default",        "use_single_float", "autoreset",
+                               "use_bin_type",   "strict_types",     "datetime",
+                               "unicode_errors", "buf_size",         NULL};
     OptionArgs option_args = {0};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOO:Packer", keywords,
                                      &option_args.default_fn, &option_args.use_single_float,
@@ -1036,8 +1034,8 @@ packer_getbuffer_slot(PackerObject *self, Py_buffer *view, int flags)
 {
     int result;
     SP_BEGIN_CRITICAL_SECTION(self);
-    result = PyBuffer_FillInfo(view, (PyObject *)self, self->buf.start, outbuf_len(&self->buf),
-                               1, flags);
+    result = PyBuffer_FillInfo(view, (PyObject *)self, self->buf.start, outbuf_len(&self->buf), 1,
+                               flags);
     if (result == 0) {
         self->exports++;
     }
@@ -1108,11 +1106,11 @@ static PyType_Spec packer_spec = {
 static int
 packb_parse_kwargs(PyObject *const *values, PyObject *kwnames, OptionArgs *args)
 {
-    static const char *const names[] = {"default",      "use_single_float", "autoreset",
-                                        "use_bin_type", "strict_types",     "datetime",
+    static const char *const names[] = {"default",        "use_single_float", "autoreset",
+                                        "use_bin_type",   "strict_types",     "datetime",
                                         "unicode_errors", "buf_size"};
-    PyObject **slots[] = {&args->default_fn,   &args->use_single_float, &args->autoreset,
-                          &args->use_bin_type, &args->strict_types,     &args->datetime,
+    PyObject **slots[] = {&args->default_fn,     &args->use_single_float, &args->autoreset,
+                          &args->use_bin_type,   &args->strict_types,     &args->datetime,
                           &args->unicode_errors, &args->buf_size};
     Py_ssize_t count = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -1123,8 +1121,7 @@ packb_parse_kwargs(PyObject *const *values, PyObject *kwnames, OptionArgs *args)
             j++;
         }
         if (j == sizeof names / sizeof names[0]) {
-            PyErr_Format(PyExc_TypeError, "packb() got an unexpected keyword argument '%U'",
-                         name);
+            PyErr_Format(PyExc_TypeError, "packb() got an unexpected keyword argument '%U'", name);
             return -1;
         }
         *slots[j] = values[i];
@@ -1147,8 +1144,8 @@ spanpack_packb(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObje
     PyObject *unicode_errors;
     OutBuf buf;
     if (packb_parse_kwargs(args + nargs, kwnames, &option_args) < 0 ||
-        options_from_args(spanpack_state_from_module(module), &option_args, &options,
-                          &autoreset, &buf_size, &unicode_errors) < 0) {
+        options_from_args(spanpack_state_from_module(module), &option_args, &options, &autoreset,
+                          &buf_size, &unicode_errors) < 0) {
         return NULL;
     }
     if (outbuf_init_bytes(&buf, PACKB_INITIAL_CAPACITY) < 0) {

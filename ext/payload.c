@@ -42,8 +42,8 @@ part_init(EncodedPart *part, SpanpackState *state, int version)
     if (outbuf_init_raw(&part->body, 4096) < 0) {
         return -1;
     }
-    if (version == 5 && (strtable_init(&part->strings, 1) < 0 ||
-                         seed_table(&part->strings, state, NULL) < 0)) {
+    if (version == 5 &&
+        (strtable_init(&part->strings, 1) < 0 || seed_table(&part->strings, state, NULL) < 0)) {
         part_free(part);
         return -1;
     }

@@ -30,8 +30,7 @@ typedef struct {
     Py_ssize_t trace_count;
 } PayloadBuilder;
 
-int payload_init(PayloadBuilder *payload, SpanpackState *state, int version,
-                 Py_ssize_t capacity);
+int payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity);
 void payload_free(PayloadBuilder *payload);
 
 /* Exact size of the finished payload. */

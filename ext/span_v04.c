@@ -54,8 +54,7 @@ v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObje
 
 /* str (cached when interning is on), bytes, or None where allowed. */
 static inline int
-v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
-               int allow_none)
+v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key, int allow_none)
 {
     if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN)) {
         if (w->cache != NULL) {
@@ -95,8 +94,10 @@ write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
         return mp_write_double(w->out, PyFloat_AS_DOUBLE(value));
     }
     if (!PyLong_Check(value)) {
-        return span_error(w, PyExc_TypeError, "metrics", key, "values must be int or float, "
-                          "not %.200s", Py_TYPE(value)->tp_name);
+        return span_error(w, PyExc_TypeError, "metrics", key,
+                          "values must be int or float, "
+                          "not %.200s",
+                          Py_TYPE(value)->tp_name);
     }
     int overflow;
     long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
@@ -113,8 +114,7 @@ write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
         }
         PyErr_Clear();
     }
-    return span_error(w, PyExc_ValueError, "metrics", key,
-                      "%R does not fit in 64 bits", value);
+    return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits", value);
 }
 
 static int
@@ -190,8 +190,8 @@ static int
 v04_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     if (!is_text(key)) {
-        return span_error(w, PyExc_TypeError, "meta_struct", key,
-                          "keys must be str, not %.200s", Py_TYPE(key)->tp_name);
+        return span_error(w, PyExc_TypeError, "meta_struct", key, "keys must be str, not %.200s",
+                          Py_TYPE(key)->tp_name);
     }
     if (v04_write_text(w, key, "meta_struct", key, 0) < 0) {
         return -1;
@@ -217,8 +217,8 @@ v04_write_meta_struct(SpanWriter *w, PyObject *meta_struct)
     Py_ssize_t header_pos, written;
     if (WRITE_KEY(w, "\xabmeta_struct") < 0 ||
         map_begin(w, PyDict_GET_SIZE(meta_struct), &header_pos) < 0 ||
-        write_dict_entries(w, meta_struct, "meta_struct", v04_write_meta_struct_entry,
-                           &written) < 0) {
+        write_dict_entries(w, meta_struct, "meta_struct", v04_write_meta_struct_entry, &written) <
+            0) {
         return -1;
     }
     return map_end(w, header_pos, written);
@@ -308,8 +308,8 @@ v04_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info)
     int has_links = links_count > 0;
     int native_events = events_count > 0 && w->native_span_events;
     int has_metrics = metrics != NULL && metrics != Py_None && PyDict_GET_SIZE(metrics) > 0;
-    int has_meta_struct = meta_struct != NULL && meta_struct != Py_None &&
-                          PyDict_GET_SIZE(meta_struct) > 0;
+    int has_meta_struct =
+        meta_struct != NULL && meta_struct != Py_None && PyDict_GET_SIZE(meta_struct) > 0;
     int add_trace_id_high = 0;
     if (w->span_index == 0 && info->trace_id_high != 0 &&
         meta_lacks_trace_id_high(w, meta, &add_trace_id_high) < 0) {
@@ -333,32 +333,34 @@ v04_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info)
     if (WRITE_KEY(w, "\xa8trace_id") < 0 || mp_write_uint(w->out, info->trace_id_low) < 0) {
         goto error;
     }
-    if (has_parent &&
-        (WRITE_KEY(w, "\xa9parent_id") < 0 || mp_write_uint(w->out, parent_id) < 0)) {
+    if (has_parent && (WRITE_KEY(w, "\xa9parent_id") < 0 || mp_write_uint(w->out, parent_id) < 0)) {
         goto error;
     }
     if (WRITE_KEY(w, "\xa7span_id") < 0 || mp_write_uint(w->out, span_id) < 0 ||
         WRITE_KEY(w, "\xa7service") < 0 ||
-        v04_write_text(w, v.value[SF_SERVICE] ? v.value[SF_SERVICE] : Py_None, "service", NULL,
-                       1) < 0 ||
+        v04_write_text(w, v.value[SF_SERVICE] ? v.value[SF_SERVICE] : Py_None, "service", NULL, 1) <
+            0 ||
         WRITE_KEY(w, "\xa8resource") < 0 ||
-        v04_write_text(w, v.value[SF_RESOURCE] ? v.value[SF_RESOURCE] : Py_None, "resource",
-                       NULL, 1) < 0 ||
+        v04_write_text(w, v.value[SF_RESOURCE] ? v.value[SF_RESOURCE] : Py_None, "resource", NULL,
+                       1) < 0 ||
         WRITE_KEY(w, "\xa4name") < 0 || v04_write_text(w, v.value[SF_NAME], "name", NULL, 1) < 0 ||
         WRITE_KEY(w, "\xa5start") < 0 || mp_write_int(w->out, start) < 0 ||
-        WRITE_KEY(w, "\xa8" "duration") < 0 ||
+        WRITE_KEY(w, "\xa8"
+                     "duration") < 0 ||
         (has_duration ? mp_write_int(w->out, duration) : mp_write_byte(w->out, 0xc0)) < 0) {
         goto error;
     }
-    if (has_error && (WRITE_KEY(w, "\xa5" "error") < 0 || mp_write_byte(w->out, 0x01) < 0)) {
+    if (has_error && (WRITE_KEY(w, "\xa5"
+                                   "error") < 0 ||
+                      mp_write_byte(w->out, 0x01) < 0)) {
         goto error;
     }
     if (has_type &&
         (WRITE_KEY(w, "\xa4type") < 0 || v04_write_text(w, span_type, "span_type", NULL, 0) < 0)) {
         goto error;
     }
-    if (has_links && v04_write_converted(w, "\xaaspan_links", 11, links_for_v04,
-                                         v.value[SF_LINKS], "links") < 0) {
+    if (has_links && v04_write_converted(w, "\xaaspan_links", 11, links_for_v04, v.value[SF_LINKS],
+                                         "links") < 0) {
         goto error;
     }
     if (native_events && v04_write_converted(w, "\xabspan_events", 12, events_for_v04,

@@ -27,8 +27,7 @@ v05_write_index(SpanWriter *w, uint32_t index)
 /* The table key for a text value: the (truncated) exact str or exact bytes,
  * as the reference tracer keys its table. */
 static int
-v05_text_index(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
-               uint32_t *index)
+v05_text_index(SpanWriter *w, PyObject *value, const char *field, PyObject *key, uint32_t *index)
 {
     if (value == NULL || value == Py_None) {
         *index = V05_EMPTY_INDEX;
@@ -111,8 +110,7 @@ v05_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
         }
         PyErr_Clear();
     }
-    return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits",
-                      value);
+    return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits", value);
 }
 
 /* start and duration: ints clamped to [0, 2**63 - 1]; None is 0. */
@@ -191,8 +189,7 @@ v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t or
         }
         error_value = PyLong_AsLongAndOverflow(error_obj, &overflow);
         if (overflow != 0 || error_value < INT32_MIN || error_value > INT32_MAX) {
-            span_error(w, PyExc_ValueError, "error", NULL, "%R does not fit in 32 bits",
-                       error_obj);
+            span_error(w, PyExc_ValueError, "error", NULL, "%R does not fit in 32 bits", error_obj);
             goto error;
         }
     }
@@ -228,8 +225,8 @@ v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t or
 
     Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
     int has_origin = origin_index != V05_EMPTY_INDEX;
-    Py_ssize_t extras = add_trace_id_high + has_origin + (links_text != NULL) +
-                        (events_text != NULL);
+    Py_ssize_t extras =
+        add_trace_id_high + has_origin + (links_text != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
     if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
         write_dict_entries(w, meta, "meta", v05_write_meta_entry, &written) < 0) {
@@ -240,15 +237,14 @@ v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t or
         if (hex == NULL) {
             goto error;
         }
-        int written_tid = v05_write_json_entry(w, w->state->str_trace_id_high_key, hex,
-                                               "trace_id");
+        int written_tid = v05_write_json_entry(w, w->state->str_trace_id_high_key, hex, "trace_id");
         Py_DECREF(hex);
         if (written_tid < 0) {
             goto error;
         }
     }
-    if (has_origin && (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 ||
-                       v05_write_index(w, origin_index) < 0)) {
+    if (has_origin &&
+        (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 || v05_write_index(w, origin_index) < 0)) {
         goto error;
     }
     if (links_text != NULL &&
@@ -263,8 +259,7 @@ v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t or
         goto error;
     }
 
-    Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics)
-                                                                    : 0;
+    Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
     if (map_begin(w, metrics_size, &header_pos) < 0 ||
         write_dict_entries(w, metrics, "metrics", v05_write_metric_entry, &written) < 0 ||
         map_end(w, header_pos, written) < 0) {

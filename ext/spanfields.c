@@ -11,11 +11,21 @@
 #endif
 
 const char *const span_field_names[SF_COUNT] = {
-    [SF_TRACE_ID] = "trace_id",     [SF_SPAN_ID] = "span_id",   [SF_PARENT_ID] = "parent_id",
-    [SF_SERVICE] = "service",       [SF_NAME] = "name",         [SF_RESOURCE] = "resource",
-    [SF_SPAN_TYPE] = "span_type",   [SF_START] = "start_ns",    [SF_DURATION] = "duration_ns",
-    [SF_ERROR] = "error",           [SF_META] = "meta",         [SF_METRICS] = "metrics",
-    [SF_META_STRUCT] = "meta_struct", [SF_LINKS] = "links",     [SF_EVENTS] = "events",
+    [SF_TRACE_ID] = "trace_id",
+    [SF_SPAN_ID] = "span_id",
+    [SF_PARENT_ID] = "parent_id",
+    [SF_SERVICE] = "service",
+    [SF_NAME] = "name",
+    [SF_RESOURCE] = "resource",
+    [SF_SPAN_TYPE] = "span_type",
+    [SF_START] = "start_ns",
+    [SF_DURATION] = "duration_ns",
+    [SF_ERROR] = "error",
+    [SF_META] = "meta",
+    [SF_METRICS] = "metrics",
+    [SF_META_STRUCT] = "meta_struct",
+    [SF_LINKS] = "links",
+    [SF_EVENTS] = "events",
     [SF_ORIGIN] = "origin",
 };
 
@@ -93,8 +103,8 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
     }
     if (PyUnicode_Check(fields)) {
         if (PyUnicode_CompareWithASCIIString(fields, "ddtrace") != 0) {
-            PyErr_Format(PyExc_ValueError,
-                         "fields must be None, \"ddtrace\" or a mapping, not %R", fields);
+            PyErr_Format(PyExc_ValueError, "fields must be None, \"ddtrace\" or a mapping, not %R",
+                         fields);
             goto error;
         }
         for (int i = 0; i < SF_COUNT; i++) {

@@ -68,7 +68,6 @@ int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, Sp
 void spanvalues_release(SpanValues *values);
 
 /* One field of `span` (a new reference in *value, NULL when absent). */
-int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field,
-                        PyObject **value);
+int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, PyObject **value);
 
 #endif /* SPANPACK_SPANFIELDS_H */

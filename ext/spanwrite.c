@@ -37,16 +37,14 @@ static PyObject *
 location_text(SpanWriter *w, const char *field, PyObject *key)
 {
     if (key != NULL) {
-        return PyUnicode_FromFormat("trace %zd, span %zd, %s key %R", w->trace_index,
-                                    w->span_index, field, key);
+        return PyUnicode_FromFormat("trace %zd, span %zd, %s key %R", w->trace_index, w->span_index,
+                                    field, key);
     }
-    return PyUnicode_FromFormat("trace %zd, span %zd, %s", w->trace_index, w->span_index,
-                                field);
+    return PyUnicode_FromFormat("trace %zd, span %zd, %s", w->trace_index, w->span_index, field);
 }
 
 int
-span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key,
-           const char *format, ...)
+span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, const char *format, ...)
 {
     va_list vargs;
     va_start(vargs, format);
@@ -153,8 +151,7 @@ truncated_bytes(const char *data)
 }
 
 int
-text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
-             PreparedText *text)
+text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key, PreparedText *text)
 {
     text->object = NULL;
     if (value == Py_None) {
@@ -181,10 +178,10 @@ text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
         return 1;
     }
     if (PyBytes_Check(value) || PyByteArray_Check(value)) {
-        const char *data = PyBytes_Check(value) ? PyBytes_AS_STRING(value)
-                                                : PyByteArray_AS_STRING(value);
-        Py_ssize_t size = PyBytes_Check(value) ? PyBytes_GET_SIZE(value)
-                                               : PyByteArray_GET_SIZE(value);
+        const char *data =
+            PyBytes_Check(value) ? PyBytes_AS_STRING(value) : PyByteArray_AS_STRING(value);
+        Py_ssize_t size =
+            PyBytes_Check(value) ? PyBytes_GET_SIZE(value) : PyByteArray_GET_SIZE(value);
         if (size > MAX_TEXT_LEN) {
             text->object = truncated_bytes(data);
         }
@@ -247,8 +244,8 @@ span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
     int overflow;
     long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
     if (overflow != 0) {
-        return span_error(w, PyExc_ValueError, field, NULL,
-                          "%R is outside the signed 64-bit range", value);
+        return span_error(w, PyExc_ValueError, field, NULL, "%R is outside the signed 64-bit range",
+                          value);
     }
     if (result == -1 && PyErr_Occurred()) {
         return -1;
@@ -429,8 +426,8 @@ check_trace(SpanWriter *w, PyObject *trace)
     if (PyList_Check(trace) || PyTuple_Check(trace)) {
         return 0;
     }
-    PyErr_Format(PyExc_TypeError, "trace %zd: expected a list of spans, not %.200s",
-                 w->trace_index, Py_TYPE(trace)->tp_name);
+    PyErr_Format(PyExc_TypeError, "trace %zd: expected a list of spans, not %.200s", w->trace_index,
+                 Py_TYPE(trace)->tp_name);
     return -1;
 }
 

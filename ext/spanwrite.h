@@ -65,8 +65,8 @@ typedef struct {
 } TraceInfo;
 
 /* Raise `type` with "trace T, span S, FIELD[ KEY]: <message>".  Returns -1. */
-int span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key,
-               const char *format, ...);
+int span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, const char *format,
+               ...);
 
 /* Re-raise the current exception with the location prefixed when it is a
  * TypeError or ValueError (OverflowError and UnicodeError become ValueError),

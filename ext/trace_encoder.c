@@ -156,17 +156,21 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static int
 trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"version",  "fields",  "max_size",           "max_item_size",
-                               "max_payload_size", "lenient", "intern", "native_span_events",
+    static char *keywords[] = {"version",
+                               "fields",
+                               "max_size",
+                               "max_item_size",
+                               "max_payload_size",
+                               "lenient",
+                               "intern",
+                               "native_span_events",
                                NULL};
     const char *version = "v0.4";
-    PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL,
-             *max_payload_size = NULL;
+    PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL, *max_payload_size = NULL;
     int lenient = 0, intern = 1, native_span_events = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOppp:TraceEncoder", keywords,
-                                     &version, &fields, &max_size, &max_item_size,
-                                     &max_payload_size, &lenient, &intern,
-                                     &native_span_events)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOppp:TraceEncoder", keywords, &version,
+                                     &fields, &max_size, &max_item_size, &max_payload_size,
+                                     &lenient, &intern, &native_span_events)) {
         return -1;
     }
     if (self->scratch_in_use) {
@@ -311,8 +315,7 @@ error:
 static PyObject *
 trace_encoder_encode_trace(TraceEncoderObject *self, PyObject *trace)
 {
-    EncodedTraceObject *encoded =
-        PyObject_New(EncodedTraceObject, self->state->encoded_part_type);
+    EncodedTraceObject *encoded = PyObject_New(EncodedTraceObject, self->state->encoded_part_type);
     if (encoded == NULL) {
         return NULL;
     }
@@ -344,15 +347,18 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(items, i);
         if (Py_TYPE(item) != self->state->encoded_part_type) {
-            PyErr_Format(PyExc_TypeError, "join_encoded(): item %zd is %.200s, not an "
-                         "EncodedTrace from encode_trace()", i, Py_TYPE(item)->tp_name);
+            PyErr_Format(PyExc_TypeError,
+                         "join_encoded(): item %zd is %.200s, not an "
+                         "EncodedTrace from encode_trace()",
+                         i, Py_TYPE(item)->tp_name);
             Py_DECREF(items);
             return NULL;
         }
         if (((EncodedTraceObject *)item)->version != self->version) {
-            PyErr_Format(PyExc_ValueError, "join_encoded(): item %zd was encoded for v0.%d, "
-                         "this encoder writes v0.%d", i, ((EncodedTraceObject *)item)->version,
-                         self->version);
+            PyErr_Format(PyExc_ValueError,
+                         "join_encoded(): item %zd was encoded for v0.%d, "
+                         "this encoder writes v0.%d",
+                         i, ((EncodedTraceObject *)item)->version, self->version);
             Py_DECREF(items);
             return NULL;
         }
@@ -451,9 +457,9 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
         }
     }
     Py_ssize_t growth = buffered_size(self) - size_before;
-    int too_large = growth > self->max_item_size ||
-                    (self->max_payload_size > 0 &&
-                     payload_size(&self->current) > self->max_payload_size);
+    int too_large =
+        growth > self->max_item_size ||
+        (self->max_payload_size > 0 && payload_size(&self->current) > self->max_payload_size);
     if (too_large || buffered_size(self) > self->max_size) {
         payload_rollback(&self->current, mark);
         return raise_limit(too_large ? self->state->buffer_item_too_large_error
@@ -552,8 +558,8 @@ trace_encoder_get_version(TraceEncoderObject *self, void *Py_UNUSED(closure))
 static PyObject *
 trace_encoder_intern_stats(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:n,s:n,s:n}", "hits", self->cache.hits, "misses",
-                         self->cache.misses, "entries", self->cache.used);
+    return Py_BuildValue("{s:n,s:n,s:n}", "hits", self->cache.hits, "misses", self->cache.misses,
+                         "entries", self->cache.used);
 }
 
 static PyMemberDef trace_encoder_members[] = {
@@ -622,8 +628,10 @@ encoded_trace_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     (void)args;
     (void)kwargs;
-    PyErr_Format(PyExc_TypeError, "cannot create '%.200s' instances; use "
-                 "TraceMsgPackEncoder.encode_trace()", type->tp_name);
+    PyErr_Format(PyExc_TypeError,
+                 "cannot create '%.200s' instances; use "
+                 "TraceMsgPackEncoder.encode_trace()",
+                 type->tp_name);
     return NULL;
 }
 
@@ -674,16 +682,20 @@ static PyType_Spec encoded_trace_spec = {
 int
 trace_encoder_module_init(PyObject *module, SpanpackState *state)
 {
-    state->buffer_full_error = PyErr_NewExceptionWithDoc(
-        "spanpack.BufferFull", "put() would take the buffer beyond max_size; args[0] is the "
-        "rejected trace's encoded size.", NULL, NULL);
-    state->buffer_item_too_large_error = PyErr_NewExceptionWithDoc(
-        "spanpack.BufferItemTooLarge", "One trace is larger than max_item_size (or "
-        "max_payload_size); args[0] is its encoded size.", NULL, NULL);
+    state->buffer_full_error =
+        PyErr_NewExceptionWithDoc("spanpack.BufferFull",
+                                  "put() would take the buffer beyond max_size; args[0] is the "
+                                  "rejected trace's encoded size.",
+                                  NULL, NULL);
+    state->buffer_item_too_large_error =
+        PyErr_NewExceptionWithDoc("spanpack.BufferItemTooLarge",
+                                  "One trace is larger than max_item_size (or "
+                                  "max_payload_size); args[0] is its encoded size.",
+                                  NULL, NULL);
     if (state->buffer_full_error == NULL || state->buffer_item_too_large_error == NULL ||
         PyModule_AddObjectRef(module, "BufferFull", state->buffer_full_error) < 0 ||
-        PyModule_AddObjectRef(module, "BufferItemTooLarge",
-                              state->buffer_item_too_large_error) < 0) {
+        PyModule_AddObjectRef(module, "BufferItemTooLarge", state->buffer_item_too_large_error) <
+            0) {
         return -1;
     }
     state->trace_encoder_type =
