@@ -408,18 +408,15 @@ raise_limit(PyObject *exception, Py_ssize_t size)
     return NULL;
 }
 
-/* Move the current payload to the sealed list and start a new one. */
+/* Finish the current payload into the sealed list and continue with `next`
+ * (which the encoder then owns). */
 static int
-seal_current(TraceEncoderObject *self)
+seal_current(TraceEncoderObject *self, PayloadBuilder *next)
 {
     Py_ssize_t size = payload_size(&self->current);
     Py_ssize_t count = self->current.trace_count;
-    PayloadBuilder fresh;
-    if (payload_init(&fresh, self->state, self->version, 4096) < 0) {
-        return -1;
-    }
     PyObject *bytes = payload_finish(&self->current);
-    self->current = fresh;
+    self->current = *next;
     if (bytes == NULL) {
         return -1;
     }
@@ -434,8 +431,19 @@ seal_current(TraceEncoderObject *self)
     return 0;
 }
 
+static int
+seal_current_and_start_new(TraceEncoderObject *self)
+{
+    PayloadBuilder fresh;
+    if (payload_init(&fresh, self->state, self->version, 4096) < 0) {
+        return -1;
+    }
+    return seal_current(self, &fresh);
+}
+
 /* The append step of put(): no Python code runs here, so under the GIL it is
- * atomic; free-threaded builds hold the encoder's critical section. */
+ * atomic; free-threaded builds hold the encoder's critical section.  Nothing
+ * changes unless the trace is accepted. */
 static PyObject *
 append_encoded(TraceEncoderObject *self, const EncodedPart *part)
 {
@@ -444,27 +452,40 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
     if (payload_append(&self->current, part) < 0) {
         return NULL;
     }
-    if (self->max_payload_size > 0 && mark.trace_count > 0 &&
-        payload_size(&self->current) > self->max_payload_size) {
-        /* Too big with the traces already there: start a new payload. */
-        payload_rollback(&self->current, mark);
-        if (seal_current(self) < 0) {
-            return NULL;
-        }
-        mark = payload_mark(&self->current);
-        if (payload_append(&self->current, part) < 0) {
-            return NULL;
-        }
-    }
     Py_ssize_t growth = buffered_size(self) - size_before;
-    int too_large =
-        growth > self->max_item_size ||
-        (self->max_payload_size > 0 && payload_size(&self->current) > self->max_payload_size);
-    if (too_large || buffered_size(self) > self->max_size) {
+    Py_ssize_t payload_after = payload_size(&self->current);
+    /* Too big for the payload with the traces already there: it would start
+     * a payload of its own, built aside until it is accepted. */
+    int split = self->max_payload_size > 0 && mark.trace_count > 0 &&
+                payload_after > self->max_payload_size;
+    PayloadBuilder next;
+    if (split) {
         payload_rollback(&self->current, mark);
+        if (payload_init(&next, self->state, self->version, 4096) < 0) {
+            return NULL;
+        }
+        if (payload_append(&next, part) < 0) {
+            payload_free(&next);
+            return NULL;
+        }
+        payload_after = payload_size(&next);
+        growth = payload_after;
+    }
+    int too_large = growth > self->max_item_size ||
+                    (self->max_payload_size > 0 && payload_after > self->max_payload_size);
+    if (too_large || size_before + growth > self->max_size) {
+        if (split) {
+            payload_free(&next);
+        }
+        else {
+            payload_rollback(&self->current, mark);
+        }
         return raise_limit(too_large ? self->state->buffer_item_too_large_error
                                      : self->state->buffer_full_error,
                            growth);
+    }
+    if (split && seal_current(self, &next) < 0) {
+        return NULL;
     }
     Py_RETURN_NONE;
 }
@@ -514,7 +535,7 @@ trace_encoder_encode(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *result = NULL;
     SP_BEGIN_CRITICAL_SECTION(self);
-    if (self->current.trace_count > 0 && seal_current(self) < 0) {
+    if (self->current.trace_count > 0 && seal_current_and_start_new(self) < 0) {
         goto done;
     }
     PyObject *empty = PyList_New(0);

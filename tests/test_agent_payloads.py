@@ -177,6 +177,8 @@ def link_json_form(link):
 
 def link_v04_form(link):
     d = link_json_form(link)
+    # left out of v0.4 links: libdatadog's decoder rejects the key
+    d.pop("dropped_attributes_count", None)
     d["trace_id"] = link["trace_id"] & LOW64
     d["span_id"] = link["span_id"]
     if link["trace_id"] >> 64:

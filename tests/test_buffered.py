@@ -655,20 +655,6 @@ def test_failure_in_first_span_trace_level_fields(version):
     same_state(a, b)
 
 
-# Known bug (append_encoded in ext/trace_encoder.c seals the current payload
-# before it knows the trace will be accepted, and a rejection only rolls back
-# the new payload).  Repro: max_payload_size fitting exactly two small traces;
-# put(small1); put(big) -> BufferItemTooLarge; put(small2); encode() gives two
-# payloads of one trace each instead of one payload with both.
-SPLIT_ROLLBACK_BUG = (
-    "spanpack bug: a put() that is rejected (BufferFull/BufferItemTooLarge) after "
-    "max_payload_size made it seal the current payload leaves that seal in place, so the "
-    "next trace starts a new payload: two payloads (and more bytes) where an encoder that "
-    "never saw the failed put makes one"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=SPLIT_ROLLBACK_BUG)
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("kind", ["buffer_full", "item_too_large"])
 def test_failed_put_after_split_rolls_back_exactly(version, kind):

@@ -104,6 +104,9 @@ def links_for_v04(links: List[Any]) -> List[Dict[str, Any]]:
         fields["span_id"] = int(fields["span_id"], 16)
         if "flags" in fields:
             fields["flags"] = fields["flags"] | _FLAGS_SET_BIT
+        # libdatadog's v0.4 decoder rejects the whole payload for this key
+        # (ddtrace 4.2.3 writes it); the v0.5 JSON form keeps it.
+        fields.pop("dropped_attributes_count", None)
         out: Dict[str, Any] = {}
         for key, value in fields.items():
             if isinstance(value, bool) or not isinstance(value, (int, float, str, dict)):
