@@ -14,7 +14,13 @@ import os
 import re
 import uuid
 
+import msgpack
 import pytest
+
+# The Packer is held to msgpack-python 1.2's behaviour (nesting limit,
+# float32 overflow, header checks); older msgpack (all Python 3.9 can
+# install) is no reference for it, so those modules are not collected there.
+collect_ignore_glob = ["test_packer_*.py"] if msgpack.version < (1, 2) else []
 
 try:  # tests/ is imported as a package
     from .agent import AgentUnavailable, start_agent
