@@ -485,6 +485,9 @@ def to_form(trace: Dict[str, Any], form: str) -> list:
         elif form == "properties":
             spans.append(PropertySpan(values))
         elif form == "namespace":
+            # Links and events as plain objects too.
+            values["links"] = [types.SimpleNamespace(**link) for link in values["links"]]
+            values["events"] = [types.SimpleNamespace(**event) for event in values["events"]]
             spans.append(types.SimpleNamespace(**values))
         else:
             raise ValueError(form)

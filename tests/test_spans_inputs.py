@@ -1,0 +1,460 @@
+"""The span input forms: the same logical trace as __slots__ objects, plain
+objects with properties, SimpleNamespace objects, dicts and ddtrace Spans
+encodes to the same payload; ``fields`` mappings (renamed and dotted
+attributes); classes that change between calls; v0.4 string interning."""
+
+from __future__ import annotations
+
+import collections
+import types
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import spanpack
+
+try:
+    from .spans_strategies import (
+        FIELDS,
+        INPUT_FORMS,
+        VERSIONS,
+        assert_all_paths_equal,
+        describe_difference,
+        logical_traces,
+        spanpack_paths,
+        to_form,
+        unpack,
+    )
+except ImportError:
+    from spans_strategies import (
+        FIELDS,
+        INPUT_FORMS,
+        VERSIONS,
+        assert_all_paths_equal,
+        describe_difference,
+        logical_traces,
+        spanpack_paths,
+        to_form,
+        unpack,
+    )
+
+try:
+    import ddtrace  # noqa: F401
+
+    HAVE_DDTRACE = True
+except ImportError:  # Python versions ddtrace 4.2.3 does not support
+    HAVE_DDTRACE = False
+
+PROPERTY = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+FORMS = [form for form in INPUT_FORMS if form != "ddtrace" or HAVE_DDTRACE]
+
+
+def encode(version, traces, fields=None, **options):
+    return spanpack.TraceMsgPackEncoder(version, fields, **options).encode_traces(traces)
+
+
+def dict_span(**overrides):
+    span = {
+        "trace_id": 1,
+        "span_id": 2,
+        "parent_id": None,
+        "service": "s",
+        "name": "n",
+        "resource": "r",
+        "span_type": None,
+        "start_ns": 5,
+        "duration_ns": 7,
+        "error": 0,
+        "meta": {},
+        "metrics": {},
+    }
+    span.update(overrides)
+    return span
+
+
+# ---------------------------------------------------------------------------
+# Every input form, the same payload
+
+
+def _same(a, b):
+    """Equal decoded structures (NaN metrics compare by repr)."""
+    return a == b or repr(a) == repr(b)
+
+
+@PROPERTY
+@given(traces=st.lists(logical_traces(), min_size=1, max_size=3))
+def test_every_input_form_gives_the_same_payload(traces):
+    for version, options in (("v0.4", {}), ("v0.5", {}), ("v0.4", {"native_span_events": True})):
+        reference = None
+        for form in FORMS:
+            spans = [to_form(trace, form) for trace in traces]
+            results = spanpack_paths(version, spans, "ddtrace" if form == "ddtrace" else None, **options)
+            payload = results["encode_traces"]
+            if reference is None:
+                reference_form, reference = form, payload
+                continue
+            # The decoded structures are the same ...
+            assert _same(unpack(payload), unpack(reference)), (
+                version, form, reference_form, describe_difference(reference, payload))
+            # ... and so are the bytes, on every path.
+            try:
+                assert_all_paths_equal(reference, results)
+            except AssertionError as e:
+                raise AssertionError("%s %s vs %s: %s" % (version, form, reference_form, e)) from None
+
+
+def test_every_input_form_small_example_decodes_the_same():
+    trace = {
+        "spans": [
+            {
+                "trace_id": (3 << 64) | 9, "span_id": 10, "parent_id": None, "service": "svc",
+                "name": "op", "resource": "res", "span_type": "web", "start_ns": 100,
+                "duration_ns": 50, "error": 1, "meta": {"k": "v", "_dd.p.tid": "0000000000000003"},
+                "metrics": {"m": 1.5}, "meta_struct": {"appsec": {"x": [1]}},
+                "links": [{"trace_id": 5, "span_id": 6, "tracestate": "t", "flags": 1,
+                           "attributes": {"a": [1, 2]}, "dropped": 0}],
+                "events": [{"name": "ev", "attributes": {"b": True}, "timestamp": 77}],
+            },
+            {
+                "trace_id": 1, "span_id": 11, "parent_id": 10, "service": None, "name": "child",
+                "resource": None, "span_type": None, "start_ns": 120, "duration_ns": None,
+                "error": 0, "meta": {}, "metrics": {}, "meta_struct": {}, "links": [], "events": [],
+            },
+        ],
+        "origin": "synthetics",
+    }
+    for version in VERSIONS:
+        decoded = {
+            form: unpack(encode(version, [to_form(trace, form)], "ddtrace" if form == "ddtrace" else None))
+            for form in FORMS
+        }
+        first = decoded[FORMS[0]]
+        for form, value in decoded.items():
+            assert value == first, (version, form)
+    v04 = unpack(encode("v0.4", [to_form(trace, "dict")]))[0]
+    assert [span["trace_id"] for span in v04] == [9, 9]
+    assert v04[0]["meta"] == {"k": "v", "_dd.p.tid": "0000000000000003", "events": (
+        '[{"name": "ev", "time_unix_nano": 77, "attributes": {"b": true}}]'), "_dd.origin": "synthetics"}
+    assert v04[1]["meta"] == {"_dd.origin": "synthetics"}
+    assert "duration" in v04[1] and v04[1]["duration"] is None
+
+
+def test_trace_may_be_a_tuple_and_tags_dict_subclasses():
+    spans = [dict_span(meta=collections.OrderedDict([("a", "1"), ("b", "2")]),
+                       metrics=collections.defaultdict(int, {"m": 3}))]
+    plain = [dict_span(meta={"a": "1", "b": "2"}, metrics={"m": 3})]
+    for version in VERSIONS:
+        assert encode(version, [tuple(spans)]) == encode(version, [plain])
+
+
+# ---------------------------------------------------------------------------
+# fields mappings
+
+
+class Context:
+    __slots__ = ("origin", "ids")
+
+    def __init__(self, origin, ids):
+        self.origin = origin
+        self.ids = ids
+
+
+class Ids:
+    def __init__(self, trace, span, parent):
+        self.trace = trace
+        self.span = span
+        self.parent = parent
+
+
+class RenamedSpan:
+    """Every field under another name; ids and origin behind dotted paths."""
+
+    def __init__(self, span, origin):
+        self.ctx = Context(origin, Ids(span["trace_id"], span["span_id"], span["parent_id"]))
+        self.svc = span["service"]
+        self.op = span["name"]
+        self.res = span["resource"]
+        self.kind = span["span_type"]
+        self.t0 = span["start_ns"]
+        self.dt = span["duration_ns"]
+        self.err = span["error"]
+        self.tags = span["meta"]
+        self.numbers = span["metrics"]
+        self.structs = span.get("meta_struct")
+        self.span_links = span.get("links")
+        self.span_events = span.get("events")
+
+
+RENAMED_FIELDS = {
+    "trace_id": "ctx.ids.trace",
+    "span_id": "ctx.ids.span",
+    "parent_id": "ctx.ids.parent",
+    "service": "svc",
+    "name": "op",
+    "resource": "res",
+    "span_type": "kind",
+    "start_ns": "t0",
+    "duration_ns": "dt",
+    "error": "err",
+    "meta": "tags",
+    "metrics": "numbers",
+    "meta_struct": "structs",
+    "links": "span_links",
+    "events": "span_events",
+    "origin": "ctx.origin",
+}
+
+
+def test_fields_mapping_with_renamed_and_dotted_attributes():
+    first = dict_span(trace_id=(1 << 64) | 4, parent_id=3, span_type="web", error=1, meta={"k": "v"},
+                      metrics={"m": 2}, meta_struct={"a": {"b": 1}},
+                      links=[{"trace_id": 8, "span_id": 9}],
+                      events=[{"name": "e", "time_unix_nano": 1}])
+    second = dict_span(span_id=5, trace_id=77, service=None)
+    expected_dicts = [dict(first, origin="rum"), dict(second)]
+    renamed = [RenamedSpan(first, "rum"), RenamedSpan(second, "ignored: not the first span")]
+    for version in VERSIONS:
+        for options in ({}, {"native_span_events": True}):
+            expected = encode(version, [expected_dicts], **options)
+            assert_all_paths_equal(expected, spanpack_paths(version, [renamed], RENAMED_FIELDS, **options))
+
+
+def test_fields_mapping_partial_keeps_default_names():
+    class Span:
+        def __init__(self, **values):
+            self.__dict__.update(values)
+
+    span = Span(**dict(dict_span(meta=None), tags={"k": "v"}, op="renamed"))
+    del span.name
+    expected = encode("v0.4", [[dict_span(name="renamed", meta={"k": "v"})]])
+    assert encode("v0.4", [[span]], {"meta": "tags", "name": "op"}) == expected
+
+
+def test_dotted_path_through_none_or_missing_is_absent():
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.ctx = None
+    span = dict_span()
+    obj = types.SimpleNamespace(**span)
+    obj.ctx = None
+    for version in VERSIONS:
+        plain = encode(version, [[span]])
+        assert encode(version, [[obj]], {"origin": "ctx.origin"}) == plain
+        obj.ctx = types.SimpleNamespace()  # no .origin attribute
+        assert encode(version, [[obj]], {"origin": "ctx.origin"}) == plain
+        obj.ctx = types.SimpleNamespace(origin="x")
+        assert encode(version, [[obj]], {"origin": "ctx.origin"}) == encode(version, [[dict(span, origin="x")]])
+        obj.ctx = None
+
+
+@pytest.mark.parametrize(
+    "fields,error",
+    [
+        ({"nonexistent": "x"}, ValueError),
+        ({"service": ""}, TypeError),
+        ({"service": 5}, TypeError),
+        ({"service": "a..b"}, ValueError),
+        ({"service": ".a"}, ValueError),
+        ("something-else", ValueError),
+        (["meta"], TypeError),
+    ],
+)
+def test_invalid_fields_argument(fields, error):
+    with pytest.raises(error):
+        spanpack.TraceMsgPackEncoder("v0.4", fields)
+
+
+# ---------------------------------------------------------------------------
+# Classes that change between calls
+
+
+def _slotted_class(name="Slotted", base=object):
+    return type(name, (base,), {"__slots__": FIELDS if base is object else ()})
+
+
+def _make(cls, **overrides):
+    span = cls()
+    values = dict_span(**overrides)
+    values.update({"meta_struct": None, "links": None, "events": None, "origin": None})
+    for key, value in values.items():
+        try:
+            setattr(span, key, value)
+        except AttributeError:  # a read-only property on this class
+            pass
+    return span
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_slot_replaced_by_property_after_first_use(version):
+    Slotted = _slotted_class()
+    span = _make(Slotted, service="from-slot")
+    assert encode(version, [[span]]) == encode(version, [[dict_span(service="from-slot")]])
+    Slotted.service = property(lambda self: "from-property")
+    assert encode(version, [[span]]) == encode(version, [[dict_span(service="from-property")]])
+    # And by a plain class attribute.
+    Slotted.service = "class-attribute"
+    assert encode(version, [[span]]) == encode(version, [[dict_span(service="class-attribute")]])
+    Slotted.service = "class-attribute-2"
+    assert encode(version, [[span]]) == encode(version, [[dict_span(service="class-attribute-2")]])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_subclass_overriding_a_slot_with_a_property(version):
+    Base = _slotted_class("Base")
+
+    class Sub(Base):
+        __slots__ = ()
+
+        @property
+        def resource(self):
+            return "sub:" + self.name
+
+    base = _make(Base, resource="base-resource", span_id=3)
+    sub = _make(Sub, name="op", span_id=4)
+    expected = encode(version, [[dict_span(resource="base-resource", span_id=3),
+                                 dict_span(resource="sub:op", name="op", span_id=4),
+                                 dict_span(resource="base-resource", span_id=3)]])
+    for _ in range(3):
+        assert encode(version, [[base, sub, base]]) == expected
+    # The same instance switching class between calls.
+    base.__class__ = Sub
+    assert encode(version, [[base]]) == encode(version, [[dict_span(resource="sub:n", span_id=3)]])
+    base.__class__ = Base
+    assert encode(version, [[base]]) == encode(version, [[dict_span(resource="base-resource", span_id=3)]])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_class_attribute_reassigned_after_first_use(version):
+    class Plain:
+        span_type = "web"
+        meta = {"from": "class"}
+
+        def __init__(self, **values):
+            for key, value in values.items():
+                setattr(self, key, value)
+
+    values = dict_span()
+    del values["span_type"], values["meta"]
+    span = Plain(**values)
+    assert encode(version, [[span]]) == encode(version, [[dict_span(span_type="web", meta={"from": "class"})]])
+    Plain.span_type = "db"
+    Plain.meta = {"from": "class-2"}
+    assert encode(version, [[span]]) == encode(version, [[dict_span(span_type="db", meta={"from": "class-2"})]])
+    span.span_type = "instance"
+    assert encode(version, [[span]]) == encode(version, [[dict_span(span_type="instance", meta={"from": "class-2"})]])
+
+    # A __slots__ class whose span_type is a class attribute, not a slot.
+    SlotsWithDefault = type("SlotsWithDefault", (), {
+        "__slots__": tuple(f for f in FIELDS if f != "span_type"), "span_type": "cache"})
+    slotted = _make(SlotsWithDefault)
+    assert encode(version, [[slotted]]) == encode(version, [[dict_span(span_type="cache")]])
+    SlotsWithDefault.span_type = None
+    assert encode(version, [[slotted]]) == encode(version, [[dict_span()]])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_getattribute_added_after_first_use(version):
+    Slotted = _slotted_class()
+    span = _make(Slotted, name="slot-name")
+    assert encode(version, [[span]]) == encode(version, [[dict_span(name="slot-name")]])
+
+    def getattribute(self, attribute):
+        if attribute == "name":
+            return "intercepted"
+        return object.__getattribute__(self, attribute)
+
+    Slotted.__getattribute__ = getattribute
+    assert encode(version, [[span]]) == encode(version, [[dict_span(name="intercepted")]])
+    del Slotted.__getattribute__
+    assert encode(version, [[span]]) == encode(version, [[dict_span(name="slot-name")]])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_many_slotted_classes_in_one_trace(version):
+    """More span classes than the encoder caches layouts for."""
+    classes = [_slotted_class("C%d" % i) for i in range(9)]
+    # Some with extra slots before the span fields, so the offsets differ.
+    for i in range(3):
+        padded = type("Padded%d" % i, (), {"__slots__": tuple("pad%d" % j for j in range(i + 1))})
+        classes.append(type("Shifted%d" % i, (padded,), {"__slots__": FIELDS}))
+    spans = [_make(cls, span_id=i + 1, service="svc%d" % i) for i, cls in enumerate(classes)]
+    expected = encode(version, [[dict_span(span_id=i + 1, service="svc%d" % i) for i in range(len(classes))]])
+    for order in (spans, spans[::-1], spans + spans):
+        dicts = [dict_span(span_id=s.span_id, service=s.service) for s in order]
+        assert encode(version, [order]) == encode(version, [dicts])
+    assert encode(version, [spans]) == expected
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_unset_slots(version):
+    Slotted = _slotted_class()
+    span = _make(Slotted)
+    del span.parent_id, span.meta, span.span_type, span.duration_ns
+    # Optional fields that are unset are absent.
+    assert encode(version, [[span]]) == encode(version, [[dict_span(duration_ns=None)]])
+    del span.span_id
+    with pytest.raises(TypeError, match=r"^trace 0, span 0, span_id"):
+        encode(version, [[span]])
+
+
+# ---------------------------------------------------------------------------
+# v0.4 string interning
+
+
+@settings(PROPERTY, max_examples=100)
+@given(traces=st.lists(logical_traces(), min_size=1, max_size=3), repeat=st.integers(1, 3))
+def test_interning_on_and_off_give_identical_bytes(traces, repeat):
+    spans = [to_form(trace, "slots") for trace in traces] * repeat
+    with_cache = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
+    without = spanpack.TraceMsgPackEncoder("v0.4", intern=False)
+    # Twice on the same encoders: the second time strings come from the cache.
+    for _ in range(2):
+        assert with_cache.encode_traces(spans) == without.encode_traces(spans)
+        assert_all_paths_equal(without.encode_traces(spans), spanpack_paths("v0.4", spans, intern=True))
+    assert without._intern_stats() == {"hits": 0, "misses": 0, "entries": 0}
+
+
+def test_intern_stats_show_hits_for_repeated_strings():
+    service, key, value = "shared-service", "shared.key", "shared-value"
+    spans = [dict_span(span_id=i + 1, service=service, meta={key: value}) for i in range(10)]
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    before = encoder._intern_stats()
+    payload = encoder.encode_traces([spans])
+    stats = encoder._intern_stats()
+    # The same str objects in 10 spans: the first use misses, the other 9 hit.
+    assert stats["hits"] - before["hits"] >= 3 * 9
+    assert stats["entries"] >= 3
+    assert payload == spanpack.TraceMsgPackEncoder("v0.4", intern=False).encode_traces([spans])
+    again = encoder.encode_traces([spans])
+    assert again == payload
+    assert encoder._intern_stats()["hits"] >= stats["hits"] + 3 * 10
+
+
+def test_interning_many_distinct_strings_and_long_strings():
+    """More distinct strings than the cache holds, long (truncated, uncached)
+    strings repeated, and equal strings that are different objects."""
+    many = ["value-%d-\u00e9" % i for i in range(10000)]
+    long_text = "L" * 25001
+    spans = [
+        dict_span(span_id=i + 1, service=many[i], resource=long_text,
+                  meta={many[(i * 7) % 10000]: many[(i * 13) % 10000], "copy": "".join(["co", "py"])})
+        for i in range(10000)
+    ]
+    cached = spanpack.TraceMsgPackEncoder("v0.4")
+    plain = spanpack.TraceMsgPackEncoder("v0.4", intern=False)
+    for _ in range(2):
+        assert cached.encode_traces([spans[:5000], spans[5000:]]) == plain.encode_traces([spans[:5000], spans[5000:]])
+
+
+def test_intern_option_does_not_change_v05():
+    spans = [dict_span(span_id=i + 1, meta={"k": "v"}) for i in range(5)]
+    assert encode("v0.5", [spans], intern=True) == encode("v0.5", [spans], intern=False)
+    assert spanpack.TraceMsgPackEncoder("v0.5")._intern_stats()["entries"] == 0
