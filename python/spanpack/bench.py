@@ -1,0 +1,768 @@
+"""``python -m spanpack bench``: spanpack against the other ways to build a trace payload.
+
+For each sample shape (see :mod:`spanpack.samples`) and each contender, the
+contender's payload is first decoded and compared with spanpack's; only
+contenders that produce the same data are timed.  Timing uses
+``time.perf_counter`` over repeated rounds (best and median of N, garbage
+collector off while a round runs); pytest is not needed.
+
+Contenders (the ones whose library is missing are skipped with a note):
+
+v0.4 payloads
+  spanpack encode_traces on SampleSpan slotted objects (the reference), on
+  dict spans and on ddtrace Spans (``fields="ddtrace"``); spanpack put+encode
+  on ddtrace Spans; ddtrace's own MsgpackEncoderV04 put+encode on the same
+  ddtrace Spans; msgpack.packb and ormsgpack.packb of span maps in the v0.4
+  structure, prebuilt or built from the slotted objects inside the timed call;
+  msgspec.msgpack.Encoder on equivalent msgspec.Struct spans (renamed fields,
+  omit_defaults=True); the floor, copying the final payload
+  (``bytes(bytearray(payload))``).
+v0.5 payloads
+  spanpack on slotted objects (reference), dicts and ddtrace Spans,
+  ddtrace's MsgpackEncoderV05 put+encode, and the floor.  v0.5 payloads are
+  compared after resolving the string table, so the table order may differ.
+
+Ratios are "contender time / spanpack time" on the same shape and version
+(above 1: spanpack is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import spanpack
+
+from . import samples
+
+MASK64 = (1 << 64) - 1
+BIG = 256 << 20  # buffer limits for put+encode contenders: never the bottleneck
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs per shape
+
+
+class ShapeInputs:
+    """The traces of one shape in every form, built on first use."""
+
+    def __init__(self, shape: str, quick: bool) -> None:
+        self.shape = shape
+        self.records = samples.build(shape, quick)
+        self.spans = samples.span_count(self.records)
+        self.traces = len(self.records)
+        self._cache: Dict[str, Any] = {}
+
+    def _get(self, key: str, make: Callable[[], Any]) -> Any:
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    @property
+    def slotted(self) -> List[List[samples.SampleSpan]]:
+        return self._get("slotted", lambda: samples.as_slotted(self.records))
+
+    @property
+    def dicts(self) -> List[List[dict]]:
+        return self._get("dicts", lambda: samples.as_dicts(self.records))
+
+    @property
+    def ddtrace(self) -> List[List[Any]]:
+        return self._get("ddtrace", lambda: samples.as_ddtrace(self.records))
+
+    @property
+    def v04_maps(self) -> List[List[dict]]:
+        return self._get("v04_maps", lambda: v04_maps(self.slotted))
+
+    @property
+    def structs(self) -> List[List[Any]]:
+        return self._get("structs", lambda: v04_structs(self.slotted))
+
+    def reference(self, version: str) -> bytes:
+        return self._get(
+            "ref" + version,
+            lambda: spanpack.TraceMsgPackEncoder(version, max_size=BIG).encode_traces(self.slotted),
+        )
+
+
+def v04_maps(traces: Sequence[Sequence[Any]]) -> List[List[dict]]:
+    """Span maps of the v0.4 payload, built from default-protocol span objects.
+
+    Keys and rules as the reference tracer writes them: the trace's low 64-bit
+    id on every span, parent_id only when set, error only when non-zero (as
+    1), type only when not None, the trace origin added to every span's meta,
+    meta and metrics only when non-empty.
+    """
+    out = []
+    for trace in traces:
+        first = trace[0]
+        trace_id = first.trace_id & MASK64
+        origin = first.origin
+        spans = []
+        for s in trace:
+            span = {"trace_id": trace_id}
+            if s.parent_id is not None:
+                span["parent_id"] = s.parent_id
+            span["span_id"] = s.span_id
+            span["service"] = s.service
+            span["resource"] = s.resource
+            span["name"] = s.name
+            span["start"] = s.start_ns
+            span["duration"] = s.duration_ns
+            if s.error:
+                span["error"] = 1
+            if s.span_type is not None:
+                span["type"] = s.span_type
+            meta = s.meta
+            if origin is not None:
+                meta = dict(meta)
+                meta["_dd.origin"] = origin
+            if meta:
+                span["meta"] = meta
+            if s.metrics:
+                span["metrics"] = s.metrics
+            spans.append(span)
+        out.append(spans)
+    return out
+
+
+_STRUCT_CLASS: Optional[type] = None
+
+
+def msgspec_span_class() -> type:
+    """A msgspec.Struct whose msgpack encoding is a v0.4 span map."""
+    global _STRUCT_CLASS
+    if _STRUCT_CLASS is None:
+        import msgspec
+
+        class V04Span(
+            msgspec.Struct,
+            kw_only=True,
+            omit_defaults=True,
+            rename={"start_ns": "start", "duration_ns": "duration", "span_type": "type"},
+        ):
+            trace_id: int
+            parent_id: Optional[int] = None
+            span_id: int
+            service: Optional[str]
+            resource: Optional[str]
+            name: Optional[str]
+            start_ns: Optional[int]
+            duration_ns: Optional[int]
+            error: int = 0
+            span_type: Optional[str] = None
+            meta: Dict[str, str] = msgspec.field(default_factory=dict)
+            metrics: Dict[str, Any] = msgspec.field(default_factory=dict)
+
+        _STRUCT_CLASS = V04Span
+    return _STRUCT_CLASS
+
+
+_STRUCT_NAMES = {"start": "start_ns", "duration": "duration_ns", "type": "span_type"}
+
+
+def v04_structs(traces: Sequence[Sequence[Any]]) -> List[List[Any]]:
+    """The v0.4 span maps as msgspec Structs (fields named as in the span protocol)."""
+    cls = msgspec_span_class()
+    return [
+        [cls(**{_STRUCT_NAMES.get(k, k): v for k, v in span.items()}) for span in trace]
+        for trace in v04_maps(traces)
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Contenders
+
+
+@dataclass
+class Contender:
+    key: str
+    label: str
+    version: str
+    family: str  # for the chart's colours and the summary
+    requires: Tuple[str, ...]  # importable module names
+    # make(inputs) -> zero-argument callable returning the payload bytes
+    make: Callable[[ShapeInputs], Callable[[], bytes]]
+
+
+def _sp_encode_traces(version: str, form: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+        fields = "ddtrace" if form == "ddtrace" else None
+        encoder = spanpack.TraceMsgPackEncoder(version, fields=fields, max_size=BIG)
+        traces = getattr(inputs, form)
+        encode = encoder.encode_traces
+        return lambda: encode(traces)
+
+    return make
+
+
+def _put_encode(encoder: Any, traces: List[list]) -> Callable[[], bytes]:
+    put = encoder.put
+    encode = encoder.encode
+
+    def run() -> bytes:
+        for trace in traces:
+            put(trace)
+        payloads = encode()
+        if len(payloads) != 1:
+            raise RuntimeError("expected one payload, got %d" % len(payloads))
+        return payloads[0][0]
+
+    return run
+
+
+def _sp_put_encode(version: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+        encoder = spanpack.TraceMsgPackEncoder(
+            version, fields="ddtrace", max_size=BIG, max_item_size=BIG, max_payload_size=BIG
+        )
+        return _put_encode(encoder, inputs.ddtrace)
+
+    return make
+
+
+def _dd_put_encode(version: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+        from ddtrace.internal._encoding import MsgpackEncoderV04, MsgpackEncoderV05
+
+        cls = MsgpackEncoderV04 if version == "v0.4" else MsgpackEncoderV05
+        return _put_encode(cls(BIG, BIG), inputs.ddtrace)
+
+    return make
+
+
+def _packb(module: str, prebuilt: bool) -> Callable[[ShapeInputs], Callable[[], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+        packb = __import__(module).packb
+        if prebuilt:
+            maps = inputs.v04_maps
+            return lambda: packb(maps)
+        traces = inputs.slotted
+        return lambda: packb(v04_maps(traces))
+
+    return make
+
+
+def _msgspec(inputs: ShapeInputs) -> Callable[[], bytes]:
+    import msgspec
+
+    encode = msgspec.msgpack.Encoder().encode
+    structs = inputs.structs
+    return lambda: encode(structs)
+
+
+def _floor(version: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+        payload = inputs.reference(version)
+        return lambda: bytes(bytearray(payload))
+
+    return make
+
+
+CONTENDERS: List[Contender] = [
+    Contender("spanpack-slotted", "spanpack encode_traces (slotted objects)", "v0.4", "spanpack",
+              (), _sp_encode_traces("v0.4", "slotted")),
+    Contender("spanpack-dicts", "spanpack encode_traces (dicts)", "v0.4", "spanpack",
+              (), _sp_encode_traces("v0.4", "dicts")),
+    Contender("spanpack-ddtrace", "spanpack encode_traces (ddtrace spans)", "v0.4", "spanpack",
+              ("ddtrace",), _sp_encode_traces("v0.4", "ddtrace")),
+    Contender("spanpack-ddtrace-put", "spanpack put+encode (ddtrace spans)", "v0.4", "spanpack",
+              ("ddtrace",), _sp_put_encode("v0.4")),
+    Contender("ddtrace-put", "ddtrace MsgpackEncoderV04 put+encode", "v0.4", "ddtrace",
+              ("ddtrace",), _dd_put_encode("v0.4")),
+    Contender("msgpack-prebuilt", "msgpack.packb (prebuilt v0.4 dicts)", "v0.4", "msgpack",
+              ("msgpack",), _packb("msgpack", True)),
+    Contender("msgpack-build", "msgpack.packb (+ building the dicts)", "v0.4", "msgpack",
+              ("msgpack",), _packb("msgpack", False)),
+    Contender("ormsgpack-prebuilt", "ormsgpack.packb (prebuilt v0.4 dicts)", "v0.4", "ormsgpack",
+              ("ormsgpack",), _packb("ormsgpack", True)),
+    Contender("ormsgpack-build", "ormsgpack.packb (+ building the dicts)", "v0.4", "ormsgpack",
+              ("ormsgpack",), _packb("ormsgpack", False)),
+    Contender("msgspec-structs", "msgspec Encoder (prebuilt Structs)", "v0.4", "msgspec",
+              ("msgspec",), _msgspec),
+    Contender("floor", "floor: bytes(bytearray(payload))", "v0.4", "floor", (), _floor("v0.4")),
+    Contender("spanpack-slotted", "spanpack encode_traces (slotted objects)", "v0.5", "spanpack",
+              (), _sp_encode_traces("v0.5", "slotted")),
+    Contender("spanpack-dicts", "spanpack encode_traces (dicts)", "v0.5", "spanpack",
+              (), _sp_encode_traces("v0.5", "dicts")),
+    Contender("spanpack-ddtrace", "spanpack encode_traces (ddtrace spans)", "v0.5", "spanpack",
+              ("ddtrace",), _sp_encode_traces("v0.5", "ddtrace")),
+    Contender("spanpack-ddtrace-put", "spanpack put+encode (ddtrace spans)", "v0.5", "spanpack",
+              ("ddtrace",), _sp_put_encode("v0.5")),
+    Contender("ddtrace-put", "ddtrace MsgpackEncoderV05 put+encode", "v0.5", "ddtrace",
+              ("ddtrace",), _dd_put_encode("v0.5")),
+    Contender("floor", "floor: bytes(bytearray(payload))", "v0.5", "floor", (), _floor("v0.5")),
+]
+REFERENCE_KEY = "spanpack-slotted"
+
+
+def contenders(versions: Sequence[str] = ("v0.4", "v0.5")) -> List[Contender]:
+    return [c for c in CONTENDERS if c.version in versions]
+
+
+def available(module: str) -> bool:
+    if module == "ddtrace":
+        return samples.ddtrace_available()
+    try:
+        __import__(module)
+    except Exception:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Checking outputs
+
+
+def decode(payload: bytes, version: str) -> Any:
+    """The payload's data (v0.5: the string table resolved into a v0.4-like shape)."""
+    import msgpack
+
+    data = msgpack.unpackb(payload, strict_map_key=False)
+    if version == "v0.5":
+        data = expand_v05(data)
+    return data
+
+
+def expand_v05(data: Any) -> List[List[list]]:
+    """Resolve a decoded v0.5 payload's string indexes.
+
+    Each span becomes [service, name, resource, trace_id, span_id, parent_id,
+    start, duration, error, meta (str -> str), metrics (str -> number), type].
+    """
+    table, traces = data
+    out = []
+    for trace in traces:
+        spans = []
+        for span in trace:
+            if len(span) != 12:
+                raise ValueError("v0.5 span with %d elements" % len(span))
+            spans.append(
+                [table[span[0]], table[span[1]], table[span[2]]]
+                + list(span[3:9])
+                + [
+                    {table[k]: table[v] for k, v in span[9].items()},
+                    {table[k]: v for k, v in span[10].items()},
+                    table[span[11]],
+                ]
+            )
+        out.append(spans)
+    return out
+
+
+def check(payload: bytes, reference: bytes, version: str, reference_data: Callable[[], Any]) -> str:
+    """"same bytes", "same data" or "differs: <why>"."""
+    if payload == reference:
+        return "same bytes"
+    try:
+        data = decode(payload, version)
+    except Exception as exc:  # corrupt payload
+        return "differs: does not decode (%s: %s)" % (type(exc).__name__, str(exc)[:60])
+    if data == reference_data():
+        return "same data"
+    return "differs: decoded data not equal"
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+
+
+@dataclass
+class Timing:
+    best: float  # seconds per call
+    median: float
+    rounds: int
+    number: int  # calls per round
+
+
+@dataclass
+class Budget:
+    round_time: float  # target seconds per round
+    max_rounds: int
+    min_rounds: int
+    max_time: float  # seconds per contender, after calibration
+
+
+DEFAULT_BUDGET = Budget(round_time=0.02, max_rounds=15, min_rounds=3, max_time=0.45)
+QUICK_BUDGET = Budget(round_time=0.005, max_rounds=7, min_rounds=2, max_time=0.08)
+
+
+def measure(fn: Callable[[], Any], budget: Budget) -> Timing:
+    """Best and median seconds per call of fn(), over rounds of `number` calls."""
+    gc.collect()
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    number = max(1, int(budget.round_time / max(first, 1e-9)))
+    times: List[float] = []
+    start = time.perf_counter()
+    loops = range(number)
+    while len(times) < budget.max_rounds:
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            for _ in loops:
+                fn()
+            elapsed = time.perf_counter() - t0
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        times.append(elapsed / number)
+        if len(times) >= budget.min_rounds and time.perf_counter() - start > budget.max_time:
+            break
+    return Timing(min(times), statistics.median(times), len(times), number)
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+
+
+@dataclass
+class Result:
+    shape: str
+    version: str
+    key: str
+    label: str
+    family: str
+    spans: int
+    traces: int
+    status: str  # "same bytes" | "same data" | "differs: ..." | "skipped: ..." | "error: ..."
+    payload_bytes: Optional[int] = None
+    best: Optional[float] = None  # seconds per call
+    median: Optional[float] = None
+    rounds: int = 0
+    number: int = 0
+    ratio: Optional[float] = None  # best / spanpack reference best (same shape and version)
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timed(self) -> bool:
+        return self.best is not None
+
+    @property
+    def per_span(self) -> Optional[float]:
+        return None if self.best is None else self.best / self.spans
+
+
+def run(
+    shapes: Sequence[str],
+    quick: bool = False,
+    versions: Sequence[str] = ("v0.4", "v0.5"),
+    progress: Callable[[str], None] = lambda msg: None,
+    budget: Optional[Budget] = None,
+) -> Tuple[List[Result], List[str]]:
+    """Check and time every available contender on every shape; (results, notes)."""
+    budget = budget or (QUICK_BUDGET if quick else DEFAULT_BUDGET)
+    notes: List[str] = []
+    missing = sorted({m for c in contenders(versions) for m in c.requires if not available(m)})
+    for module in missing:
+        skipped = [c for c in contenders(versions) if module in c.requires]
+        notes.append(
+            "%s is not installed: skipping %d contender(s) (%s); pip install %s"
+            % (module, len(skipped), ", ".join(sorted({c.label for c in skipped})), module)
+        )
+    can_check = available("msgpack")
+    if not can_check:
+        notes.append("msgpack is not installed: outputs that differ from spanpack's bytes cannot be "
+                     "decoded, and are reported as unchecked")
+
+    results: List[Result] = []
+    for n, shape in enumerate(shapes, 1):
+        t0 = time.perf_counter()
+        inputs = ShapeInputs(shape, quick)
+        progress("[%d/%d] %s: %d trace(s), %d spans" % (n, len(shapes), shape, inputs.traces,
+                                                        inputs.spans))
+        reference_best: Dict[str, float] = {}
+        for contender in contenders(versions):
+            result = Result(shape, contender.version, contender.key, contender.label,
+                            contender.family, inputs.spans, inputs.traces, status="")
+            results.append(result)
+            lacking = [m for m in contender.requires if m in missing]
+            if lacking:
+                result.status = "skipped: %s not installed" % ", ".join(lacking)
+                continue
+            version = contender.version
+            try:
+                fn = contender.make(inputs)
+                payload = fn()
+            except Exception as exc:
+                result.status = "error: %s: %s" % (type(exc).__name__, str(exc)[:80])
+                progress("    %-44s %s %s" % (contender.label, version, result.status))
+                continue
+            result.payload_bytes = len(payload)
+            reference = inputs.reference(version)
+            if payload == reference:
+                result.status = "same bytes"
+            elif not can_check:
+                result.status = "unchecked"
+            else:
+                result.status = check(
+                    payload, reference, version,
+                    lambda: inputs._get("data" + version, lambda: decode(reference, version)),
+                )
+            if result.status.startswith("differs"):
+                progress("    %-44s %s %s (not timed)" % (contender.label, version, result.status))
+                continue
+            del payload
+            timing = measure(fn, budget)
+            result.best, result.median = timing.best, timing.median
+            result.rounds, result.number = timing.rounds, timing.number
+            if contender.key == REFERENCE_KEY:
+                reference_best[version] = timing.best
+            progress("    %-44s %s %9s/span" % (contender.label, version,
+                                                 fmt_time(result.per_span)))
+        for result in results:
+            if result.shape == shape and result.timed and result.version in reference_best:
+                result.ratio = result.best / reference_best[result.version]
+        progress("    (%.1f s)" % (time.perf_counter() - t0))
+    return results, notes
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+
+
+def fmt_time(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return "%.3g %s" % (seconds / scale, unit)
+    return "%.3g ns" % (seconds / 1e-9)
+
+
+def fmt_rate(per_span: Optional[float]) -> str:
+    if not per_span:
+        return "-"
+    rate = 1.0 / per_span
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if rate >= scale:
+            return "%.3g%s" % (rate / scale, unit)
+    return "%.3g" % rate
+
+
+def table(rows: List[List[str]], right: Sequence[int]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("  ".join(c.rjust(w) if i in right else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def report(results: List[Result]) -> str:
+    rows = [["shape", "ver", "contender", "time/span", "median/span", "spans/s", "x spanpack",
+             "payload bytes", "check"]]
+    previous = None
+    for r in results:
+        if previous is not None and r.shape != previous:
+            rows.append([""] * len(rows[0]))
+        previous = r.shape
+        rows.append([
+            r.shape, r.version, r.label,
+            fmt_time(r.per_span),
+            fmt_time(None if r.median is None else r.median / r.spans),
+            fmt_rate(r.per_span),
+            "-" if r.ratio is None else "%.2f" % r.ratio,
+            "-" if r.payload_bytes is None else "{:,}".format(r.payload_bytes),
+            r.status,
+        ])
+    return table(rows, right={3, 4, 5, 6, 7})
+
+
+SUMMARY = [
+    # (column title, version, contender key, baseline key)
+    ("ddtrace v0.4", "v0.4", "ddtrace-put", "spanpack-ddtrace-put"),
+    ("ddtrace v0.5", "v0.5", "ddtrace-put", "spanpack-ddtrace-put"),
+    ("msgpack prebuilt", "v0.4", "msgpack-prebuilt", "spanpack-slotted"),
+    ("msgpack +build", "v0.4", "msgpack-build", "spanpack-slotted"),
+    ("ormsgpack prebuilt", "v0.4", "ormsgpack-prebuilt", "spanpack-slotted"),
+    ("ormsgpack +build", "v0.4", "ormsgpack-build", "spanpack-slotted"),
+    ("msgspec Structs", "v0.4", "msgspec-structs", "spanpack-slotted"),
+    ("floor v0.4", "v0.4", "floor", "spanpack-slotted"),
+]
+
+
+def summary(results: List[Result]) -> str:
+    """Per shape: how many times longer each peer takes than spanpack."""
+    index = {(r.shape, r.version, r.key): r for r in results}
+    shapes = list(dict.fromkeys(r.shape for r in results))
+    rows = [["shape"] + [title for title, *_ in SUMMARY]]
+    for shape in shapes:
+        row = [shape]
+        for _title, version, key, base in SUMMARY:
+            a, b = index.get((shape, version, key)), index.get((shape, version, base))
+            if a is None or b is None:
+                row.append("-")
+            elif a.status.startswith("differs"):
+                row.append("differs")
+            elif a.timed and b.timed:
+                row.append("%.2fx" % (a.best / b.best))
+            else:
+                row.append("-")
+        rows.append(row)
+    return table(rows, right=set(range(1, len(rows[0]))))
+
+
+def chart(results: List[Result], path: str, title: str) -> None:
+    """A PNG bar chart: time per span (log scale), one group per shape."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    versions = [v for v in ("v0.4", "v0.5") if any(r.version == v for r in results)]
+    shapes = list(dict.fromkeys(r.shape for r in results))
+    fig, axes = plt.subplots(len(versions), 1, squeeze=False,
+                             figsize=(max(12, 1.6 * len(shapes)), 7 * len(versions)))
+    # One colour per contender key, the same in both panels.
+    palette = {
+        "spanpack-slotted": "#08519c", "spanpack-dicts": "#3182bd",
+        "spanpack-ddtrace": "#6baed6", "spanpack-ddtrace-put": "#9ecae1",
+        "ddtrace-put": "#31a354", "msgpack-prebuilt": "#e6550d", "msgpack-build": "#fdae6b",
+        "ormsgpack-prebuilt": "#756bb1", "ormsgpack-build": "#bcbddc",
+        "msgspec-structs": "#d6616b", "floor": "#969696",
+    }
+    for ax, version in zip(axes[:, 0], versions):
+        keys = list(dict.fromkeys(r.key for r in results if r.version == version and r.timed))
+        width = 0.85 / max(1, len(keys))
+        for j, key in enumerate(keys):
+            xs, ys, label = [], [], None
+            for i, shape in enumerate(shapes):
+                match = [r for r in results
+                         if r.shape == shape and r.version == version and r.key == key and r.timed]
+                if match:
+                    label = match[0].label
+                    xs.append(i - 0.425 + width * (j + 0.5))
+                    ys.append(match[0].per_span * 1e9)
+            ax.bar(xs, ys, width, label=label, color=palette.get(key, "#444444"))
+        ax.set_yscale("log")
+        ax.set_ylabel("ns per span (best of N, log scale)")
+        ax.set_title("%s payloads" % version)
+        ax.set_xticks(range(len(shapes)))
+        ax.set_xticklabels(shapes, rotation=15)
+        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def environment() -> Dict[str, Any]:
+    from importlib import metadata
+
+    versions = {}
+    for dist in ("spanpack", "ddtrace", "msgpack", "ormsgpack", "msgspec", "matplotlib"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except Exception:
+            versions[dist] = None
+    versions["spanpack"] = versions["spanpack"] or spanpack.__version__
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "cpus": os.cpu_count(),
+        "packages": versions,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
+    if parser is None:
+        parser = argparse.ArgumentParser(prog="python -m spanpack bench")
+    parser.description = __doc__.strip().splitlines()[0]
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer and shorter rounds, smaller many_traces (about 30 s)")
+    parser.add_argument("--out", nargs="?", const="bench.png", default=None, metavar="PNG",
+                        help="write a bar chart (default file name: bench.png)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--shapes", nargs="+", metavar="SHAPE", choices=samples.shape_names(),
+                        default=None, help="shapes to run (default: all): %s"
+                        % ", ".join(samples.shape_names()))
+    parser.add_argument("--versions", nargs="+", choices=["v0.4", "v0.5"], default=["v0.4", "v0.5"])
+    parser.add_argument("--list", action="store_true", help="list shapes and contenders, then exit")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace] = None) -> int:
+    if args is None:
+        args = build_parser().parse_args(argv)
+    if args.list:
+        print("shapes:")
+        for shape in samples.SHAPES.values():
+            print("  %-12s %s" % (shape.name, shape.description))
+        print("contenders:")
+        for c in contenders(args.versions):
+            print("  %s  %-44s %s" % (c.version, c.label,
+                                      "" if all(map(available, c.requires))
+                                      else "(missing: %s)" % ", ".join(c.requires)))
+        return 0
+    shapes = args.shapes or samples.shape_names()
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    results, notes = run(shapes, quick=args.quick, versions=args.versions, progress=progress)
+    elapsed = time.perf_counter() - started
+    for note in notes:
+        print("note: " + note, file=sys.stderr)
+
+    env = environment()
+    print("spanpack %s, Python %s (%s), %s cpus; %s run in %.0f s; best of N rounds"
+          % (env["packages"]["spanpack"], env["python"], env["implementation"], env["cpus"],
+             "quick" if args.quick else "full", elapsed))
+    print("x spanpack = contender time / spanpack encode_traces(slotted objects) time, "
+          "same shape and version (above 1: spanpack faster)")
+    print()
+    print(report(results))
+    print()
+    print("Peers vs spanpack (time ratio; ddtrace columns compare put+encode on the same "
+          "ddtrace Spans, the others compare with spanpack on slotted objects):")
+    print(summary(results))
+    for note in notes:
+        print("note: " + note)
+
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({
+                "environment": env,
+                "quick": args.quick,
+                "elapsed_s": elapsed,
+                "notes": notes,
+                "results": [
+                    dict(r.__dict__, per_span=r.per_span) for r in results
+                ],
+            }, f, indent=1)
+        print("wrote " + args.json, file=sys.stderr)
+    if args.out:
+        if not available("matplotlib"):
+            print("note: matplotlib is not installed; no chart (pip install matplotlib)",
+                  file=sys.stderr)
+        else:
+            chart(results, args.out,
+                  "spanpack %s vs peers, Python %s%s" % (env["packages"]["spanpack"], env["python"],
+                                                        " (quick)" if args.quick else ""))
+            print("wrote " + args.out, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
