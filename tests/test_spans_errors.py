@@ -13,8 +13,15 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import spanpack
+
+try:
+    from .spans_strategies import logical_traces, to_form
+except ImportError:
+    from spans_strategies import logical_traces, to_form
 
 VERSIONS = ("v0.4", "v0.5")
 PATHS = ("encode_traces", "put", "encode_trace")
@@ -608,3 +615,56 @@ def test_put_reentered_from_a_span_property(version):
     expected_outer = [span(service="outer", span_id=8), span(span_id=9)]
     assert payload == _fresh_payloads(version, [inner, expected_outer])
     msgpack.unpackb(payload, strict_map_key=False)
+
+
+# ---------------------------------------------------------------------------
+# Random good traces around a random bad one
+
+_BAD_CASES = [c.values for c in CASES]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    good=st.lists(logical_traces(max_spans=3), min_size=1, max_size=3),
+    version=st.sampled_from(VERSIONS),
+    bad_case=st.sampled_from(_BAD_CASES),
+    lenient=st.booleans(),
+    data=st.data(),
+)
+def test_random_failure_leaves_no_trace(good, version, bad_case, lenient, data):
+    field, value, errors, key = bad_case
+    expected_type = errors[version]
+    assume(expected_type is not None)
+    assume(not (lenient and key is not None))  # lenient drops bad tags instead
+    good_traces = [to_form(trace, "dict") for trace in good]
+    bad = [dict(s) for s in to_form(data.draw(st.sampled_from(good)), "dict")]
+    span_index = 0 if field in TRACE_LEVEL else data.draw(st.integers(0, len(bad) - 1))
+    if value is MISSING:
+        bad[span_index].pop(field, None)
+    else:
+        bad[span_index][field] = value
+    position = data.draw(st.integers(0, len(good_traces)))
+    options = {"lenient": lenient}
+
+    expected = spanpack.TraceMsgPackEncoder(version, **options).encode_traces(good_traces)
+
+    encoder = spanpack.TraceMsgPackEncoder(version, **options)
+    with pytest.raises(expected_type) as info:
+        encoder.encode_traces(good_traces[:position] + [bad] + good_traces[position:])
+    assert str(info.value).startswith(_message_prefix(position, span_index, field, key)), str(info.value)
+    assert encoder.encode_traces(good_traces) == expected
+
+    for trace in good_traces[:position]:
+        encoder.put(trace)
+    with pytest.raises(expected_type):
+        encoder.put(bad)
+    for trace in good_traces[position:]:
+        encoder.put(trace)
+    assert encoder.encode() == [(expected, len(good_traces))]
+
+    parts = [encoder.encode_trace(trace) for trace in good_traces[:position]]
+    with pytest.raises(expected_type):
+        encoder.encode_trace(bad)
+    parts += [encoder.encode_trace(trace) for trace in good_traces[position:]]
+    assert encoder.join_encoded(parts) == expected
+    assert encoder.dropped_tags == 0

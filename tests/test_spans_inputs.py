@@ -458,3 +458,33 @@ def test_intern_option_does_not_change_v05():
     spans = [dict_span(span_id=i + 1, meta={"k": "v"}) for i in range(5)]
     assert encode("v0.5", [spans], intern=True) == encode("v0.5", [spans], intern=False)
     assert spanpack.TraceMsgPackEncoder("v0.5")._intern_stats()["entries"] == 0
+
+
+# ---------------------------------------------------------------------------
+# Encoded traces are independent of the encoder and of each other
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_encoded_trace_reused_and_joined_elsewhere(version):
+    first = [dict_span(service="a", meta={"k": "v", "x": "y" * 30000})]
+    second = [dict_span(service="b", meta={"v": "k"}, metrics={"m": 1}), dict_span(span_id=3, origin="o")]
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    part_1, part_2 = encoder.encode_trace(first), encoder.encode_trace(second)
+    other = spanpack.TraceMsgPackEncoder(version)
+    assert other.join_encoded([part_1, part_2, part_1]) == encode(version, [first, second, first])
+    assert encoder.join_encoded([part_2, part_2]) == encode(version, [second, second])
+    assert encoder.join_encoded([part_2]) == encode(version, [second])
+    assert encoder.join_encoded([]) == encode(version, [])
+    assert part_1.version == version and len(part_1) > 0
+
+
+def test_join_encoded_rejects_foreign_items():
+    v04 = spanpack.TraceMsgPackEncoder("v0.4")
+    v05 = spanpack.TraceMsgPackEncoder("v0.5")
+    part = v04.encode_trace([dict_span()])
+    with pytest.raises(ValueError):
+        v05.join_encoded([part])
+    with pytest.raises(TypeError):
+        v04.join_encoded([part, b"\x91"])
+    with pytest.raises(TypeError):
+        spanpack.EncodedTrace()
