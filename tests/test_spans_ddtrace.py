@@ -10,6 +10,9 @@ documented behaviour instead.
 
 from __future__ import annotations
 
+import collections
+import enum
+
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -260,6 +263,39 @@ def test_native_span_event_attribute_keys_must_be_text():
         ddtrace_payload("v0.4", [[span]], native_span_events=True)
     with pytest.raises(TypeError, match=r"^trace 0, span 0, events"):
         spanpack.TraceMsgPackEncoder("v0.4", "ddtrace", native_span_events=True).encode_traces([[span]])
+
+
+class _Level(enum.IntEnum):
+    HIGH = 1
+
+
+_META_STRUCT_REASON = (
+    _UNDOCUMENTED + "meta_struct values of other than the exact types: ddtrace 4.2.3's packb writes the "
+    "string 'Can not serialize [T] object' (or 'Integer value out of range'), spanpack %s"
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param((1, 2), id="tuple", marks=pytest.mark.xfail(
+            strict=True, reason=_META_STRUCT_REASON % "packs a tuple as an array")),
+        pytest.param({"level": _Level.HIGH}, id="int-subclass", marks=pytest.mark.xfail(
+            strict=True, reason=_META_STRUCT_REASON % "packs an int subclass as an int")),
+        pytest.param(collections.OrderedDict(a=1), id="dict-subclass", marks=pytest.mark.xfail(
+            strict=True, reason=_META_STRUCT_REASON % "packs a dict subclass as a map")),
+        pytest.param({"n": 2**64}, id="int-out-of-range", marks=pytest.mark.xfail(
+            strict=True, reason=_META_STRUCT_REASON % "raises ValueError")),
+        pytest.param({"s": {1}}, id="set", marks=pytest.mark.xfail(
+            strict=True, reason=_META_STRUCT_REASON % "raises TypeError")),
+        # Exact types agree, including non-str keys inside the document:
+        pytest.param({1: 2, None: [b"x", bytearray(b"y"), 1.5, "z" * 30000]}, id="exact-types"),
+    ],
+)
+def test_meta_struct_values_match_ddtrace(value):
+    span = _span(_meta_struct={"appsec": value})
+    expected = ddtrace_payload("v0.4", [[span]])
+    assert_all_paths_equal(expected, spanpack_paths("v0.4", [[span]], "ddtrace"))
 
 
 # ---------------------------------------------------------------------------
