@@ -1,0 +1,825 @@
+"""Fuzz harness for spanpack.TraceMsgPackEncoder.
+
+Each input becomes an encoder configuration (v0.4 / v0.5, field mapping,
+lenient, intern, native span events, size limits), a list of traces and an
+entry point (encode_traces, put + encode, encode_trace + join_encoded, or put
+while another thread mutates the traces).  Spans are dicts, plain objects,
+slotted objects, objects whose properties raise or mutate the trace / meta /
+their own class while being read, objects with a side-effecting
+``__getattr__``, and carry str / int / float / dict subclasses, huge ints,
+NaN / inf metrics, lone surrogates, invalid UTF-8, long strings, and links /
+events of odd shapes.  Checks:
+
+* no crash (run under ASan/UBSan);
+* every payload decodes with msgpack.unpackb(strict_map_key=False) (strings
+  as UTF-8) into the right shape for its version, with the right trace count;
+* for inputs without side effects, every entry point and every span form
+  (dict, object, slotted object) gives the same bytes;
+* a failed put() leaves size, len() and dropped_tags as they were, and after
+  any failure the encoder's next payload for a known-good trace equals that
+  of a fresh encoder.
+
+    python fuzz/fuzz_spans.py --random 0 --seconds 600 --seed 1
+    python fuzz/fuzz_spans.py -max_total_time=1800 corpus_dir     # atheris
+
+See fuzz/README.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import threading
+import time
+
+import msgpack
+
+import spanpack
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fuzz_packer import Input  # noqa: E402  (the byte consumer shared by both harnesses)
+
+INCLUDE_KNOWN = os.environ.get("FUZZ_INCLUDE_KNOWN") == "1"
+STATS: dict = {}
+
+
+def stat(name):
+    STATS[name] = STATS.get(name, 0) + 1
+
+FIELDS = ["trace_id", "span_id", "parent_id", "service", "name", "resource", "span_type",
+          "start_ns", "duration_ns", "error", "meta", "metrics", "meta_struct", "links",
+          "events", "origin"]
+V04_KEYS = {"trace_id", "span_id", "parent_id", "service", "resource", "name", "start",
+            "duration", "error", "type", "meta", "metrics", "meta_struct", "span_links",
+            "span_events"}
+
+IDS = [0, 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -1, 2**127, 2**128 - 1, 2**128,
+       -(2**63)]
+TEXTS = ["", "svc", "web", "é€", "\U0001f600", "\ud800", "a\udfffb", "\x00", "x" * 40,
+         "y" * 25001, "é" * 25001]
+BAD_BYTES = [b"ok", b"\xff", b"\xc3", b"caf\xc3\xa9", bytes(range(256))[:40],
+             b"\xe2\x82" + b"a" * 25000, "é".encode() * 13000]
+
+
+class StrSub(str):
+    pass
+
+
+class IntSub(int):
+    pass
+
+
+class FloatSub(float):
+    pass
+
+
+class DictSub(dict):
+    pass
+
+
+class Plain:
+    """Fields in the instance __dict__."""
+
+
+class Slotted:
+    __slots__ = FIELDS + ["tags", "ctx"]
+
+
+class SlottedChild(Slotted):
+    __slots__ = ()
+
+
+class Ctx:
+    def __init__(self, origin):
+        self.origin = origin
+
+
+class Link:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+class LinkToDictRaises:
+    trace_id = 1
+    span_id = 2
+
+    def to_dict(self):
+        raise KeyError("to_dict failed")
+
+
+class SpanBuilder:
+    def __init__(self, inp: Input, mapping: bool):
+        self.inp = inp
+        self.mapping = mapping  # fields={"meta": "tags", "origin": "ctx.origin"}
+        self.dirty = False      # side effects: outputs cannot be compared
+        self.traces = []
+        self.encoder = None     # set before encoding, for re-entrant calls
+        self.log = []
+
+    # -- values -----------------------------------------------------------
+    def ident(self, good=True):
+        inp = self.inp
+        if good or inp.below(4):
+            return inp.uint(8) if inp.flag() else inp.below(1000)
+        value = inp.pick(IDS)
+        if inp.below(5) == 0:
+            value = IntSub(value)
+        elif inp.below(8) == 0:
+            value = inp.pick([1.0, "7", None, True, float("nan")])
+        return value
+
+    def text(self, good=True):
+        inp = self.inp
+        if good or inp.below(3):
+            return inp.pick(["svc", "op", "res", "web", "", "é"]) + str(inp.below(4))
+        kind = inp.below(6)
+        if kind == 0:
+            return inp.pick(TEXTS)
+        if kind == 1:
+            return StrSub(inp.pick(TEXTS[:9]))
+        if kind == 2:
+            value = inp.pick(BAD_BYTES)
+            return bytearray(value) if inp.flag() else value
+        if kind == 3:
+            return "".join(chr(inp.uint(3) % 0x110000) for _ in range(inp.below(10)))
+        if kind == 4:
+            return inp.pick([None, 5, 1.5, ["x"], object()])
+        return inp.raw(inp.below(12)).decode("utf-8", "surrogateescape")
+
+    def metric(self):
+        inp = self.inp
+        kind = inp.below(8)
+        if kind < 3:
+            return inp.below(1000) * (1 if inp.flag() else -1)
+        if kind == 3:
+            return inp.pick([float("nan"), float("inf"), float("-inf"), -0.0, 1e308, 5e-324])
+        if kind == 4:
+            return inp.pick([2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, True])
+        if kind == 5:
+            return FloatSub(1.25) if inp.flag() else IntSub(-3)
+        if kind == 6:
+            return inp.pick(["1", None, b"2", [1], complex(1, 2)])
+        return inp.below(100) / 7
+
+    def mapping_of(self, kind, size):
+        inp = self.inp
+        result = {}
+        for _ in range(size):
+            good = inp.below(6) != 0
+            key = self.text(good) if good or inp.flag() else inp.pick([1, None, (1,), b"k"])
+            if kind == "meta":
+                value = self.text(good)
+            elif kind == "metrics":
+                value = self.metric()
+            else:
+                value = self.struct_value(0)
+            try:
+                result[key] = value
+            except TypeError:  # unhashable key
+                pass
+        if inp.below(10) == 0:
+            result = DictSub(result)
+        return result
+
+    def struct_value(self, depth):
+        inp = self.inp
+        kind = inp.below(9 if depth < 3 else 6)
+        if kind == 0:
+            return inp.pick([None, True, 1, -1, 2**64 - 1, 1.5, float("nan")])
+        if kind == 1:
+            return self.text(inp.flag())
+        if kind == 2:
+            return inp.raw(inp.below(8))
+        if kind == 3:
+            return inp.pick([2**64, object(), {1, 2}, "\udc80"])  # unpackable
+        if kind == 4:
+            return spanpack.ExtType(inp.below(128), inp.raw(inp.below(5)))
+        if kind == 5:
+            return spanpack.Timestamp(inp.below(2**34), inp.below(10**9))
+        if kind == 6:
+            return [self.struct_value(depth + 1) for _ in range(inp.below(4))]
+        if kind == 7:
+            return {self.text(True): self.struct_value(depth + 1) for _ in range(inp.below(4))}
+        value = []
+        value.append(value)  # recursive: ValueError from the nesting limit
+        return value
+
+    def links(self):
+        inp = self.inp
+        kind = inp.below(10)
+        if kind < 4:
+            return None if kind == 0 else []
+        count = inp.below(3) + 1
+        items = []
+        for _ in range(count):
+            shape = inp.below(7)
+            fields = {"trace_id": self.ident(inp.below(4) != 0), "span_id": self.ident(True)}
+            if inp.flag():
+                fields["attributes"] = {"a": inp.pick(["x", 1, True, [1, ["n"]], 1.5, None])}
+            if inp.flag():
+                fields["tracestate"] = self.text(inp.flag())
+            if inp.flag():
+                fields["flags"] = inp.pick([0, 1, 2**31, -1, "x"])
+            if inp.flag():
+                fields["dropped_attributes_count"] = inp.pick([0, 2, -1])
+            if shape == 0:
+                items.append(fields)
+            elif shape == 1:
+                items.append(Link(**fields))
+            elif shape == 2:
+                items.append(LinkToDictRaises())
+            elif shape == 3:
+                items.append(inp.pick([None, 5, "link", (1, 2)]))
+            else:
+                items.append(fields)
+        if kind == 8:
+            return tuple(items)
+        if kind == 9:
+            return inp.pick([5, "links", {"a": 1}, iter(items)])
+        return items
+
+    def events(self):
+        inp = self.inp
+        kind = inp.below(10)
+        if kind < 4:
+            return None if kind == 0 else []
+        items = []
+        for _ in range(inp.below(3) + 1):
+            event = {"name": self.text(inp.below(4) != 0),
+                     "time_unix_nano": inp.pick([0, 1, 2**64 - 1, 2**64, -1, 1.5, True])}
+            if inp.flag():
+                event["attributes"] = {
+                    "k": inp.pick(["v", True, 3, 2**70, 1.5, [1, 2], [[1]], None, {"x": 1}])}
+            items.append(event if inp.below(5) else Link(**event))
+        if kind == 9:
+            return inp.pick([5, "events", {"a": 1}])
+        return items
+
+    # -- spans ------------------------------------------------------------
+    def abstract_span(self, first):
+        inp = self.inp
+        good = inp.below(8) != 0
+        span = {
+            "trace_id": self.ident(good or not first) if first else self.ident(True),
+            "span_id": self.ident(good),
+            "parent_id": None if inp.flag() else self.ident(good),
+            "service": self.text(good),
+            "name": self.text(good),
+            "resource": self.text(good),
+            "span_type": None if inp.flag() else self.text(good),
+            "start_ns": inp.uint(8) >> 1 if good else self.ident(False),
+            "duration_ns": inp.below(10**6) if good else inp.pick([None, -1, 2**63, 1.5, 2**64]),
+            "error": inp.pick([0, 1, 0, 0, True, 2, 2**40, "1", None]) if not good else inp.below(2),
+            "meta": self.mapping_of("meta", inp.below(6)),
+            "metrics": self.mapping_of("metrics", inp.below(5)),
+        }
+        if inp.below(4) == 0:
+            span["meta_struct"] = self.mapping_of("meta_struct", inp.below(3))
+        if inp.below(3) == 0:
+            span["links"] = self.links()
+        if inp.below(3) == 0:
+            span["events"] = self.events()
+        if first and inp.below(3) == 0:
+            span["origin"] = inp.pick(["synthetics", "", None, "\ud800", 5, StrSub("rum"), "é"])
+        if inp.below(12) == 0:
+            del span[inp.pick(FIELDS[:12])]
+        if inp.below(12) == 0:
+            span[inp.pick(["meta", "metrics"])] = inp.pick([None, [], "x", DictSub()])
+        return span
+
+    def render(self, span, form):
+        """Turn an abstract span into one of the input forms."""
+        if form == "dict":
+            return dict(span)
+        obj = Plain() if form == "obj" else (Slotted() if form == "slots" else SlottedChild())
+        for key, value in span.items():
+            if self.mapping and key == "meta":
+                key = "tags"
+            if self.mapping and key == "origin":
+                obj.ctx = Ctx(value)
+                continue
+            setattr(obj, key, value)
+        return obj
+
+    def side_effect(self, trace, span_values, kind):
+        """What a property does besides returning its value."""
+        inp = self.inp
+        if kind == 0:
+            raise inp.pick([ValueError, KeyError, AttributeError, RuntimeError])("property")
+        if kind == 1:
+            span_values.setdefault("meta", {})
+            meta = span_values["meta"]
+            if isinstance(meta, dict):
+                meta["added.%d" % len(meta)] = "x"
+        elif kind == 2:
+            meta = span_values.get("meta")
+            if isinstance(meta, dict):
+                meta.clear()
+        elif kind == 3:
+            trace.append(trace[0]) if len(trace) < 50 else None
+        elif kind == 4:
+            if trace:
+                trace.pop()
+        elif kind == 5:
+            # Change a class the layout cache may know: a slot becomes a property.
+            name = inp.pick(["meta", "service", "metrics", "name"])
+            setattr(SlottedChild, name, property(lambda self: {} if name in ("meta", "metrics") else "p"))
+        elif kind == 6:
+            for name in ("meta", "service", "metrics", "name"):
+                if name in SlottedChild.__dict__:
+                    delattr(SlottedChild, name)
+        elif kind == 7 and self.encoder is not None:
+            # Re-entrant use of the same encoder.
+            try:
+                choice = inp.below(3)
+                if choice == 0:
+                    self.encoder.encode_traces([good_trace()])
+                elif choice == 1:
+                    self.encoder.put(good_trace())
+                else:
+                    self.encoder.encode()
+            except Exception:  # noqa: BLE001
+                pass
+        elif kind == 8 and INCLUDE_KNOWN and self.encoder is not None:
+            self.encoder.__init__(inp.pick(["v0.4", "v0.5"]), intern=inp.flag())  # bug 1
+        elif kind == 9 and INCLUDE_KNOWN:
+            del self.traces[:]  # bug 2 (encode_traces)
+        elif kind == 10:
+            Slotted.extra_attribute = len(self.log)  # class mutation, new version tag
+        self.log.append(kind)
+
+    def tricky_span(self, trace, span, form):
+        """A span whose reads run Python code."""
+        inp = self.inp
+        self.dirty = True
+        values = dict(span)
+        tricky_fields = {inp.pick(FIELDS) for _ in range(inp.below(3) + 1)}
+        effects = {name: inp.below(11) for name in tricky_fields}
+        builder = self
+
+        if form == "getattr":
+            class Dynamic:
+                def __getattr__(self, name):
+                    if self.__class__ is not Dynamic:
+                        raise AttributeError(name)
+                    if name in effects:
+                        builder.side_effect(trace, values, effects[name])
+                    if name == "tags" and builder.mapping:
+                        name = "meta"
+                    if name == "ctx" and builder.mapping:
+                        return Ctx(values.get("origin"))
+                    try:
+                        return values[name]
+                    except KeyError:
+                        raise AttributeError(name) from None
+            return Dynamic()
+
+        namespace = {}
+        for name in tricky_fields:
+            attr = name
+            if builder.mapping and name == "meta":
+                attr = "tags"
+            if builder.mapping and name == "origin":
+                continue
+
+            def getter(self, name=name):
+                builder.side_effect(trace, values, effects[name])
+                if name not in values:
+                    raise AttributeError(name)
+                return values[name]
+
+            namespace[attr] = property(getter)
+        cls = type("Tricky", (Plain,), namespace)
+        obj = cls()
+        for key, value in values.items():
+            if key in tricky_fields:
+                continue
+            if builder.mapping and key == "meta":
+                key = "tags"
+            if builder.mapping and key == "origin":
+                obj.ctx = Ctx(value)
+                continue
+            setattr(obj, key, value)
+        if inp.below(4) == 0:
+            # __class__ flips between calls: the first read sees one class,
+            # later reads another.
+            other = type("Other", (Plain,), {})
+            original = cls
+
+            def flip(self):
+                self.__class__ = other if self.__class__ is original else original
+                return values.get("span_type")
+
+            cls.span_type = property(flip)
+        return obj
+
+    def trace(self, forms, form_override=None):
+        inp = self.inp
+        count = inp.below(5) if inp.below(6) else inp.pick([0, 16, 17])
+        trace = []
+        for index in range(count):
+            span = self.abstract_span(index == 0)
+            form = inp.pick(forms)  # always consumes one byte: rebuilds stay in step
+            if form_override is not None:
+                form = form_override
+            if form in ("props", "getattr"):
+                trace.append(self.tricky_span(trace, span, form))
+            else:
+                trace.append(self.render(span, form))
+        if inp.below(15) == 0:
+            self.dirty = True
+            return inp.pick([tuple(trace), None, "trace", {"a": 1}, iter(trace)])
+        return trace
+
+
+def good_trace():
+    return [{"trace_id": (1 << 64) | 5, "span_id": 2, "parent_id": None, "service": "svc",
+             "name": "op", "resource": "res", "span_type": "web", "start_ns": 10,
+             "duration_ns": 5, "error": 0, "meta": {"k": "v"}, "metrics": {"m": 1.5, "n": 2}}]
+
+
+# ---------------------------------------------------------------------------
+# Payload checks
+
+class PayloadError(AssertionError):
+    pass
+
+
+def check_payload(payload, version, expected_traces=None):
+    if not isinstance(payload, bytes):
+        raise PayloadError(f"payload is {type(payload)}")
+    try:
+        data = msgpack.unpackb(payload, strict_map_key=False, raw=False)
+    except Exception as error:  # noqa: BLE001
+        raise PayloadError(f"payload does not decode: {error!r}: {payload[:200]!r}") from error
+    if version == "v0.4":
+        traces = data
+        if not isinstance(traces, list):
+            raise PayloadError("v0.4 payload is not an array")
+        for trace in traces:
+            for span in trace:
+                check_v04_span(span)
+    else:
+        if not (isinstance(data, list) and len(data) == 2):
+            raise PayloadError("v0.5 payload is not [strings, traces]")
+        strings, traces = data
+        if strings[:2] != ["", "_dd.origin"]:
+            raise PayloadError(f"v0.5 table starts {strings[:2]!r}")
+        for trace in traces:
+            for span in trace:
+                check_v05_span(span, len(strings))
+    if expected_traces is not None and len(traces) != expected_traces:
+        raise PayloadError(f"{len(traces)} traces, expected {expected_traces}")
+    return traces
+
+
+def check_v04_span(span):
+    if not isinstance(span, dict) or not set(span) <= V04_KEYS:
+        raise PayloadError(f"bad v0.4 span {span!r:.300}")
+    for key in ("trace_id", "span_id", "service", "resource", "name", "start", "duration"):
+        if key not in span:
+            raise PayloadError(f"v0.4 span lacks {key}")
+    for key in ("trace_id", "span_id"):
+        if not (isinstance(span[key], int) and 0 <= span[key] < 2**64):
+            raise PayloadError(f"v0.4 {key} {span[key]!r}")
+    meta = span.get("meta", {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise PayloadError(f"v0.4 meta {meta!r:.300}")
+    metrics = span.get("metrics", {})
+    if not all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in metrics.items()):
+        raise PayloadError(f"v0.4 metrics {metrics!r:.300}")
+    for key, document in span.get("meta_struct", {}).items():
+        if not isinstance(document, bytes):
+            raise PayloadError("v0.4 meta_struct value is not bin")
+        msgpack.unpackb(document, strict_map_key=False)
+
+
+def check_v05_span(span, table_size):
+    if not (isinstance(span, list) and len(span) == 12):
+        raise PayloadError(f"bad v0.5 span {span!r:.300}")
+    for position in (0, 1, 2, 11):
+        if not (isinstance(span[position], int) and 0 <= span[position] < table_size):
+            raise PayloadError(f"v0.5 string index {span[position]!r} / {table_size}")
+    for position in (3, 4, 5):
+        if not (isinstance(span[position], int) and 0 <= span[position] < 2**64):
+            raise PayloadError(f"v0.5 id {span[position]!r}")
+    for position in (6, 7):
+        if not (isinstance(span[position], int) and 0 <= span[position] < 2**63):
+            raise PayloadError(f"v0.5 time {span[position]!r}")
+    if not all(0 <= k < table_size and 0 <= v < table_size for k, v in span[9].items()):
+        raise PayloadError(f"v0.5 meta indexes {span[9]!r:.300}")
+    if not all(0 <= k < table_size and isinstance(v, (int, float)) for k, v in span[10].items()):
+        raise PayloadError(f"v0.5 metrics {span[10]!r:.300}")
+
+
+def same_payload_bytes(a, b):
+    """Byte equality, with NaN-safe fallback (equal bytes are equal anyway)."""
+    return a == b
+
+
+# ---------------------------------------------------------------------------
+# Scenarios
+
+def make_config(inp):
+    inp.mode = inp.below(5)  # entry point, drawn first so short inputs reach every mode
+    version = inp.pick(["v0.4", "v0.5"])
+    mapping = inp.below(4) == 0
+    kwargs = {
+        "lenient": inp.flag(),
+        "intern": inp.below(4) != 0,
+        "native_span_events": inp.flag(),
+    }
+    if inp.below(4) == 0:
+        kwargs["max_size"] = inp.pick([64, 300, 2000, 1 << 20])
+    if inp.below(4) == 0:
+        kwargs["max_item_size"] = inp.pick([50, 300, 5000])
+    if inp.below(3) == 0:
+        kwargs["max_payload_size"] = inp.pick([40, 200, 600, 5000])
+    fields = {"meta": "tags", "origin": "ctx.origin"} if mapping else inp.pick([None, None, None])
+    return version, fields, mapping, kwargs
+
+
+def new_encoder(version, fields, kwargs):
+    return spanpack.TraceMsgPackEncoder(version, fields, **kwargs)
+
+
+def check_recovers(encoder, version, fields, kwargs):
+    """After a failure the next payload equals a fresh encoder's."""
+    fresh = new_encoder(version, fields, kwargs)
+    a = encoder.encode_traces([good_trace()])
+    b = fresh.encode_traces([good_trace()])
+    if a != b:
+        raise AssertionError(f"encode_traces after a failure differs:\n{a!r}\n{b!r}")
+    encoder.encode()  # flush what is buffered
+    fresh.encode()
+    ok_a = ok_b = True
+    try:
+        encoder.put(good_trace())
+    except (spanpack.BufferFull, spanpack.BufferItemTooLarge):
+        ok_a = False
+    try:
+        fresh.put(good_trace())
+    except (spanpack.BufferFull, spanpack.BufferItemTooLarge):
+        ok_b = False
+    if ok_a != ok_b:
+        raise AssertionError("put() of a good trace after a failure behaves differently")
+    if encoder.size != fresh.size or len(encoder) != len(fresh):
+        raise AssertionError(f"size/len after a failure: {encoder.size}/{len(encoder)} vs "
+                             f"{fresh.size}/{len(fresh)}")
+    a, b = encoder.encode(), fresh.encode()
+    if a != b:
+        raise AssertionError(f"encode() after a failure differs:\n{a!r}\n{b!r}")
+
+
+FORMS_CLEAN = ["dict", "obj", "slots", "slots_child"]
+FORMS_ALL = FORMS_CLEAN + ["props", "getattr"]
+
+
+def build(data, forms, form_override=None):
+    inp = Input(data)
+    version, fields, mapping, kwargs = make_config(inp)
+    builder = SpanBuilder(inp, mapping)
+    count = inp.below(4) + 1
+    traces = [builder.trace(forms, form_override) for _ in range(count)]
+    builder.traces = traces
+    mode = inp.mode
+    return version, fields, kwargs, builder, traces, mode
+
+
+def scenario(data):
+    clean = data[0] & 3 == 0
+    forms = FORMS_CLEAN if clean else FORMS_ALL
+    version, fields, kwargs, builder, traces, mode = build(data[1:], forms)
+    try:
+        encoder = new_encoder(version, fields, kwargs)
+    except (ValueError, TypeError):
+        return
+    builder.encoder = encoder
+    failed = False
+
+    if mode in (0, 1):
+        try:
+            payload = encoder.encode_traces(traces)
+        except (spanpack.BufferFull, spanpack.BufferItemTooLarge):
+            raise AssertionError("encode_traces raised a buffer error")
+        except Exception as error:  # noqa: BLE001 - any input error is fine, a crash is not
+            stat(f"encode_traces {type(error).__name__}")
+            failed = True
+        else:
+            stat("encode_traces ok")
+            check_payload(payload, version, None if builder.dirty else len(traces))
+            if not builder.dirty:
+                stat("clean comparison")
+                compare_forms_and_entry_points(data, payload, version, fields, kwargs)
+    elif mode == 2:
+        parts = []
+        for trace in list(traces):
+            try:
+                parts.append(encoder.encode_trace(trace))
+                stat("encode_trace ok")
+            except Exception as error:  # noqa: BLE001
+                stat(f"encode_trace {type(error).__name__}")
+                failed = True
+        try:
+            payload = encoder.join_encoded(parts)
+        except ValueError:
+            if INCLUDE_KNOWN and 8 in builder.log:
+                return  # a span re-initialised the encoder to the other version
+            raise
+        check_payload(payload, version, None if builder.dirty else len(parts))
+        # Parts joined twice, or in another encoder of the same version.
+        other = new_encoder(version, None, {})
+        if other.join_encoded(parts) != payload:
+            raise AssertionError("join_encoded differs between encoders")
+    else:
+        threaded = mode == 4
+        stop = threading.Event()
+        mutator = None
+        if threaded:
+            builder.dirty = True
+            mutator = threading.Thread(target=mutate_traces, args=(traces, stop, data))
+            old_interval = sys.getswitchinterval()
+            sys.setswitchinterval(1e-6)
+            mutator.start()
+        puts = 0
+        try:
+            for trace in list(traces):
+                size, length, dropped = encoder.size, len(encoder), encoder.dropped_tags
+                try:
+                    encoder.put(trace)
+                    puts += 1
+                    stat("put ok")
+                except Exception as error:  # noqa: BLE001
+                    stat(f"put {type(error).__name__}")
+                    failed = True
+                    if not threaded and builder.log == [] and (
+                        encoder.size != size or len(encoder) != length
+                        or encoder.dropped_tags != dropped
+                    ):
+                        raise AssertionError(
+                            f"failed put() changed the buffer: size {size}->{encoder.size}, "
+                            f"len {length}->{len(encoder)}, dropped {dropped}->{encoder.dropped_tags}")
+        finally:
+            if mutator is not None:
+                stop.set()
+                mutator.join()
+                sys.setswitchinterval(old_interval)
+        expected = len(encoder)
+        size = encoder.size
+        payloads = encoder.encode()
+        total = 0
+        for payload, count in payloads:
+            traces_out = check_payload(payload, version, count)
+            total += len(traces_out)
+        if payloads and not builder.log and sum(len(p) for p, _ in payloads) != size:
+            raise AssertionError(f"size {size} but encode() returned "
+                                 f"{sum(len(p) for p, _ in payloads)} bytes")
+        if total != expected or (not builder.log and expected != puts):
+            raise AssertionError(f"{total} traces encoded, len() said {expected}, {puts} puts")
+    if failed and 8 not in builder.log:  # (8: the encoder was re-initialised)
+        stat("recovery check")
+        check_recovers(encoder, version, fields, kwargs)
+
+
+def mutate_traces(traces, stop, data):
+    rng = random.Random(data)
+    for step in range(2000):
+        if stop.is_set():
+            return
+        if not traces:
+            return
+        trace = rng.choice(traces)
+        if not isinstance(trace, list):
+            continue
+        choice = rng.randrange(6)
+        try:
+            if choice == 0 and trace:
+                trace.append(trace[0]) if len(trace) < 40 else trace.pop()
+            elif choice == 1 and trace:
+                trace.pop()
+            elif choice == 2 and trace:
+                span = rng.choice(trace)
+                meta = span.get("meta") if isinstance(span, dict) else getattr(span, "meta", None)
+                if isinstance(meta, dict):
+                    if rng.random() < 0.5:
+                        meta["t%d" % rng.randrange(50)] = "v"
+                    elif meta:
+                        meta.pop(next(iter(meta)), None)
+            elif choice == 3 and trace:
+                span = rng.choice(trace)
+                if isinstance(span, dict):
+                    span["metrics"] = {"x": rng.random()}
+                else:
+                    try:
+                        span.metrics = {"x": rng.random()}
+                    except AttributeError:
+                        pass
+            elif choice == 4:
+                trace[:] = trace[:1]
+            else:
+                time.sleep(0)
+        except Exception:  # noqa: BLE001 - span properties raise on purpose
+            pass
+
+
+def compare_forms_and_entry_points(data, payload, version, fields, kwargs):
+    """Clean inputs: every span form and every entry point gives `payload`."""
+    if kwargs.get("lenient"):
+        pass
+    for form in FORMS_CLEAN:
+        _, _, _, builder, traces, _ = build(data[1:], FORMS_CLEAN, form)
+        encoder = new_encoder(version, fields, kwargs)
+        other = encoder.encode_traces(traces)
+        if other != payload and not has_nan(payload):
+            raise AssertionError(f"form {form} gives other bytes:\n{other!r:.400}\n{payload!r:.400}")
+        parts = [encoder.encode_trace(trace) for trace in traces]
+        joined = encoder.join_encoded(parts)
+        if joined != payload:
+            raise AssertionError(f"join_encoded differs from encode_traces ({form}):\n"
+                                 f"{joined!r:.400}\n{payload!r:.400}")
+    # The buffered path, when nothing limits it: one payload with every trace.
+    plain = {k: v for k, v in kwargs.items() if k in ("lenient", "intern", "native_span_events")}
+    encoder = new_encoder(version, fields, plain)
+    _, _, _, builder, traces, _ = build(data[1:], FORMS_CLEAN, "dict")
+    for trace in traces:
+        encoder.put(trace)
+    size = encoder.size
+    out = encoder.encode()
+    if len(out) != 1 or out[0][0] != payload or out[0][1] != len(traces) or size != len(payload):
+        raise AssertionError(f"put/encode differs from encode_traces: {out!r:.400} vs {payload!r:.400}")
+
+
+def has_nan(payload):
+    return False
+
+
+def reset_classes():
+    """Undo class changes made by an earlier input's side effects."""
+    for name in ("meta", "service", "metrics", "name"):
+        if name in SlottedChild.__dict__:
+            delattr(SlottedChild, name)
+    if "extra_attribute" in Slotted.__dict__:
+        del Slotted.extra_attribute
+
+
+def TestOneInput(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    reset_classes()
+    try:
+        scenario(data)
+    except RecursionError:
+        pass
+
+
+def random_driver(iterations: int, seed: int, max_len: int = 2048, seconds: float = 0) -> int:
+    rng = random.Random(seed)
+    deadline = time.monotonic() + seconds if seconds else None
+    done = 0
+    while done < iterations or (iterations == 0 and deadline):
+        if deadline and time.monotonic() > deadline:
+            break
+        length = rng.choice([64, 256, 512, 1024, max_len])
+        data = rng.randbytes(rng.randrange(2, length + 1))
+        try:
+            TestOneInput(data)
+        except BaseException:
+            sys.stderr.write(f"failing input (seed {seed}, iteration {done}): {data.hex()}\n")
+            raise
+        done += 1
+    return done
+
+
+def main(argv) -> None:
+    if "--random" in argv or "--replay" in argv:
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--random", type=int, default=0)
+        parser.add_argument("--seconds", type=float, default=0)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--replay")
+        args = parser.parse_args(argv[1:])
+        if args.replay:
+            text = open(args.replay).read() if os.path.exists(args.replay) else args.replay
+            TestOneInput(bytes.fromhex(text.strip()))
+            print("replayed without failure")
+            return
+        start = time.monotonic()
+        done = random_driver(args.random, args.seed, seconds=args.seconds)
+        if os.environ.get("FUZZ_STATS"):
+            for name, count in sorted(STATS.items()):
+                print(f"  {name}: {count}")
+        print(f"{done} executions in {time.monotonic() - start:.1f} s, no failure")
+        return
+    import atheris
+
+    atheris.instrument_all()
+    atheris.Setup(argv, TestOneInput)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

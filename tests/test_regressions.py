@@ -1,0 +1,245 @@
+"""One test per crash or bug found by fuzzing and review of ext/ (see fuzz/).
+
+Tests of bugs that are not fixed yet are marked xfail(strict=True): they fail
+today, and the marker must go once ext/ is fixed (a strict xfail that passes
+fails the run).  Crashes run in a child interpreter so that a segfault fails
+one test instead of killing the session.
+"""
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+import msgpack
+import pytest
+
+import spanpack
+
+
+def run_child(code, timeout=120):
+    """Run `code` in a fresh interpreter (same environment, so an ASan build's
+    LD_PRELOAD carries over); return (returncode, combined output)."""
+    env = dict(os.environ)
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+SPAN_CLASS = """
+    import spanpack
+
+    class Span:
+        trace_id = 1
+        span_id = 2
+        parent_id = None
+        service = "svc"
+        resource = "res"
+        span_type = None
+        start_ns = 0
+        duration_ns = 1
+        error = 0
+        meta = {}
+        metrics = {}
+        name = "op"
+"""
+
+
+# ---------------------------------------------------------------------------
+# Bug 1: TraceEncoder.__init__ called by span code (a property) while
+# encode_traces() / encode_trace() is running.  __init__ refuses only while a
+# put() is encoding (scratch_in_use); during the one-shot paths it frees and
+# replaces the string cache, the field reader and the version under the
+# running SpanWriter: strcache_lookup() dereferences the new cache's NULL
+# slots (ext/intern.h strcache_lookup), a v0.5 writer runs against a v0.4
+# PayloadBuilder, and a dotted field path tuple is freed while get_attribute()
+# walks it (heap-use-after-free under ASan).
+
+REINIT_CASES = {
+    "encode_traces_v04_to_v05": """
+        enc = spanpack.TraceMsgPackEncoder("v0.4")
+
+        class Reinit(Span):
+            @property
+            def name(self):
+                enc.__init__("v0.5")
+                return "op"
+
+        try:
+            enc.encode_traces([[Reinit()]])
+        except RuntimeError:
+            print("refused")
+    """,
+    "encode_trace_intern_off": """
+        enc = spanpack.TraceMsgPackEncoder("v0.4")
+
+        class Reinit(Span):
+            @property
+            def name(self):
+                enc.__init__("v0.4", intern=False)
+                return "op"
+
+        try:
+            enc.encode_trace([Reinit()])
+        except RuntimeError:
+            print("refused")
+    """,
+}
+
+
+@pytest.mark.xfail(strict=True, reason="bug 1: __init__ during encode_traces/encode_trace segfaults")
+@pytest.mark.parametrize("case", sorted(REINIT_CASES))
+def test_reinit_from_span_code_during_one_shot_encode(case):
+    code = textwrap.dedent(SPAN_CLASS) + textwrap.dedent(REINIT_CASES[case])
+    returncode, output = run_child(code)
+    assert returncode == 0, output[-3000:]
+
+
+# ---------------------------------------------------------------------------
+# Bug 2: encode_traces() keeps PySequence_Fast(traces) -- the caller's own
+# list -- and its length from before the loop; span code that shrinks that
+# list makes PySequence_Fast_GET_ITEM read past the end (after list.clear(),
+# through a NULL ob_item: SEGV in trace_encoder_encode_traces).
+
+
+@pytest.mark.xfail(strict=True, reason="bug 2: traces list shrunk during encode_traces segfaults")
+def test_traces_list_shrunk_by_span_code_during_encode_traces():
+    code = textwrap.dedent(SPAN_CLASS) + textwrap.dedent(
+        """
+        traces = []
+
+        class Clearing(Span):
+            @property
+            def name(self):
+                traces.clear()
+                return "op"
+
+        traces[:] = [[Clearing()], [Span()], [Span()]]
+        enc = spanpack.TraceMsgPackEncoder("v0.4")
+        try:
+            payload = enc.encode_traces(traces)
+        except RuntimeError:
+            print("refused")
+        """
+    )
+    returncode, output = run_child(code)
+    assert returncode == 0, output[-3000:]
+
+
+# ---------------------------------------------------------------------------
+# Bug 3: Packer.getbuffer() called from `default` while pack() runs.  pack()
+# checks for exported views only on entry; the rest of the pack grows the
+# buffer (PyMem_Realloc in outbuf_grow) under the live memoryview, which then
+# points at freed memory (heap-use-after-free on bytes(view) under ASan).  The
+# test compares buffer addresses, without touching the freed memory.
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+def buffer_address(obj):
+    view = _PyBuffer()
+    get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+    get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    release = ctypes.pythonapi.PyBuffer_Release
+    release.argtypes = [ctypes.POINTER(_PyBuffer)]
+    if get_buffer(obj, ctypes.byref(view), 0) != 0:
+        raise RuntimeError("PyObject_GetBuffer failed")
+    try:
+        return view.buf
+    finally:
+        release(ctypes.byref(view))
+
+
+@pytest.mark.xfail(strict=True, reason="bug 3: pack() reallocates a buffer exported by getbuffer()")
+def test_getbuffer_export_taken_inside_default_stays_valid():
+    views = []
+
+    def default(obj):
+        views.append(packer.getbuffer())
+        return b"x" * (1 << 20)
+
+    packer = spanpack.Packer(autoreset=False, default=default)
+    try:
+        packer.pack([object()])
+    except BufferError:
+        views[0].release()
+        return  # refusing to grow under an export is a fix too
+    exported = buffer_address(views[0])
+    current = buffer_address(packer)
+    views[0].release()
+    assert exported == current, "the memoryview points at the buffer's freed old memory"
+
+
+# ---------------------------------------------------------------------------
+# Bug 4: `default` deletes a key of a dict being packed (already written) and
+# inserts another: the size is unchanged, so the size check passes, and the
+# new key is written too -- map header 2, three pairs, undecodable output.
+# README: spanpack never writes a map whose header disagrees with its items.
+
+
+@pytest.mark.xfail(strict=True, reason="bug 4: same-size dict mutation by default corrupts the map")
+def test_default_swaps_dict_key_without_changing_size():
+    data = {"a": object(), "b": 1}
+
+    def default(obj):
+        del data["a"]
+        data["c"] = 2
+        return 0
+
+    try:
+        packed = spanpack.packb(data, default=default)
+    except RuntimeError:
+        return  # raising, as for a resize, is the fix
+    msgpack.unpackb(packed, strict_map_key=False)  # ExtraData today
+
+
+# ---------------------------------------------------------------------------
+# Bug 5: the same for the span encoder: a meta_struct value whose packing
+# runs Python code (a list subclass's __iter__) swaps a meta_struct key.
+# write_dict_entries() checks only the size and reports the original count,
+# so the v0.4 span's meta_struct map has more pairs than its header says.
+
+
+@pytest.mark.xfail(strict=True, reason="bug 5: same-size meta_struct mutation corrupts the payload")
+def test_meta_struct_key_swapped_while_encoding():
+    meta_struct = {}
+
+    class Sneaky(list):
+        def __iter__(self):
+            if "a" in meta_struct:
+                del meta_struct["a"]
+                meta_struct["c"] = 3
+            return list.__iter__(self)
+
+    meta_struct.update({"a": 1, "b": Sneaky([1])})
+    span = {"trace_id": 1, "span_id": 2, "service": "s", "name": "n", "resource": "r",
+            "start_ns": 0, "duration_ns": 1, "meta": {}, "metrics": {},
+            "meta_struct": meta_struct}
+    # (lenient=True counts the pairs it writes and is not affected)
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    try:
+        payload = encoder.encode_traces([[span]])
+    except RuntimeError:
+        return
+    msgpack.unpackb(payload, strict_map_key=False)
