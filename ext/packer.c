@@ -319,10 +319,17 @@ pack_exact_dict(const PackOptions *options, OutBuf *buf, PyObject *dict, int nes
         return -1;
     }
     int result = 0;
+    Py_ssize_t written = 0;
     SP_BEGIN_CRITICAL_SECTION(dict);
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(dict, &pos, &key, &value)) {
+        /* `default` may replace entries without changing the size: never
+         * write more (or fewer) pairs than the header counts. */
+        if (written++ == size) {
+            result = raise_changed_size("dictionary");
+            break;
+        }
         Py_INCREF(key);
         Py_INCREF(value);
         result = pack_object(options, buf, key, nest_limit);
@@ -337,6 +344,9 @@ pack_exact_dict(const PackOptions *options, OutBuf *buf, PyObject *dict, int nes
         if (result < 0) {
             break;
         }
+    }
+    if (result == 0 && written != size) {
+        result = raise_changed_size("dictionary");
     }
     SP_END_CRITICAL_SECTION();
     return result;
@@ -740,6 +750,7 @@ typedef struct {
     PyObject *unicode_errors; /* keeps options.unicode_errors' text alive */
     OutBuf buf;
     Py_ssize_t exports; /* live buffer-protocol views of `buf` */
+    int packing;        /* a pack is under way (its `default` may call back in) */
     int autoreset;
 } PackerObject;
 
@@ -766,11 +777,17 @@ packer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+/* May the buffer change now?  Not while a view of it is exported, nor from
+ * a `default` callback in the middle of packing into it. */
 static int
 packer_check_exports(PackerObject *self)
 {
     if (self->exports > 0) {
         PyErr_SetString(PyExc_BufferError, "Existing exports of data: Packer cannot be changed");
+        return -1;
+    }
+    if (self->packing) {
+        PyErr_SetString(PyExc_RuntimeError, "Packer is already packing (called from default?)");
         return -1;
     }
     return 0;
@@ -866,7 +883,10 @@ packer_pack(PackerObject *self, PyObject *obj)
     if (packer_check_exports(self) == 0) {
         /* A failed pack leaves earlier (autoreset=False) output untouched. */
         Py_ssize_t before = outbuf_len(&self->buf);
-        if (pack_object(&self->options, &self->buf, obj, PACK_NEST_LIMIT) == 0) {
+        self->packing = 1;
+        int packed = pack_object(&self->options, &self->buf, obj, PACK_NEST_LIMIT);
+        self->packing = 0;
+        if (packed == 0) {
             result = packer_result(self);
         }
         else {
@@ -939,7 +959,10 @@ packer_pack_map_pairs(PackerObject *self, PyObject *pairs)
     if (packer_check_exports(self) == 0) {
         Py_ssize_t before = outbuf_len(&self->buf);
         /* Keys and values nest one level below the map, as in pack(). */
-        if (pack_pairs(&self->options, &self->buf, pairs, size, PACK_NEST_LIMIT) == 0) {
+        self->packing = 1;
+        int packed = pack_pairs(&self->options, &self->buf, pairs, size, PACK_NEST_LIMIT);
+        self->packing = 0;
+        if (packed == 0) {
             result = packer_result(self);
         }
         else {
@@ -1034,8 +1057,16 @@ packer_getbuffer_slot(PackerObject *self, Py_buffer *view, int flags)
 {
     int result;
     SP_BEGIN_CRITICAL_SECTION(self);
-    result = PyBuffer_FillInfo(view, (PyObject *)self, self->buf.start, outbuf_len(&self->buf), 1,
-                               flags);
+    if (self->packing) {
+        /* The buffer may still move: no view of it until packing ends. */
+        PyErr_SetString(PyExc_BufferError, "Packer is packing; its buffer cannot be exported now");
+        view->obj = NULL;
+        result = -1;
+    }
+    else {
+        result = PyBuffer_FillInfo(view, (PyObject *)self, self->buf.start,
+                                   outbuf_len(&self->buf), 1, flags);
+    }
     if (result == 0) {
         self->exports++;
     }

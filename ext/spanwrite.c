@@ -496,7 +496,7 @@ is_data_error(void)
 static int
 raise_dict_changed(SpanWriter *w, const char *field)
 {
-    PyErr_Format(PyExc_RuntimeError, "trace %zd, span %zd, %s: dict changed size during encoding",
+    PyErr_Format(PyExc_RuntimeError, "trace %zd, span %zd, %s: dict changed during encoding",
                  w->trace_index, w->span_index, field);
     return -1;
 }
@@ -508,9 +508,12 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
                            EntryWriter write_entry, Py_ssize_t *written)
 {
     Py_ssize_t expected = PyDict_GET_SIZE(dict);
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, seen = 0;
     PyObject *key, *value;
     while (PyDict_Next(dict, &pos, &key, &value)) {
+        if (seen++ == expected) {
+            return raise_dict_changed(w, field);
+        }
         Py_ssize_t entry_start = outbuf_len(w->out);
         Py_ssize_t holes_before = w->holes ? w->holes->count : 0;
         uint32_t strings_before = w->strings ? w->strings->count : 0;
@@ -541,7 +544,7 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
             return raise_dict_changed(w, field);
         }
     }
-    return 0;
+    return seen == expected ? 0 : raise_dict_changed(w, field);
 }
 
 int
@@ -556,11 +559,16 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
         return write_dict_entries_lenient(w, dict, field, write_entry, written);
     }
     Py_ssize_t expected = PyDict_GET_SIZE(dict);
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, seen = 0;
     PyObject *key, *value;
     while (PyDict_Next(dict, &pos, &key, &value)) {
-        /* Strong references: an entry writer may run Python code (a str
-         * subclass, a converter) that mutates the dict. */
+        /* An entry writer may run Python code (a meta_struct value's
+         * __iter__) that replaces entries without changing the size: never
+         * write more entries than the header counts. */
+        if (seen++ == expected) {
+            return raise_dict_changed(w, field);
+        }
+        /* Strong references: that code may also drop the entry. */
         Py_INCREF(key);
         Py_INCREF(value);
         int result = write_entry(w, key, value);
@@ -572,6 +580,9 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
         if (PyDict_GET_SIZE(dict) != expected) {
             return raise_dict_changed(w, field);
         }
+    }
+    if (seen != expected) {
+        return raise_dict_changed(w, field);
     }
     *written = expected;
     return 0;

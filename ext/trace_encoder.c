@@ -35,6 +35,9 @@ typedef struct {
      * use encodes into a part of its own. */
     EncodedPart scratch;
     int scratch_in_use;
+    /* Encodes under way (span code may call back into the encoder); while
+     * any runs, __init__ must not swap the reader, cache or version. */
+    int active_encodes;
 } TraceEncoderObject;
 
 typedef struct {
@@ -75,6 +78,7 @@ write_into_payload(TraceEncoderObject *self, PayloadBuilder *payload, PyObject *
     SpanWriter w;
     writer_init(self, &w, &payload->body, NULL, index);
     int result;
+    self->active_encodes++;
     if (self->version == 5) {
         w.strings = &payload->table;
         w.encode_string = payload_encode_table_entry;
@@ -83,6 +87,7 @@ write_into_payload(TraceEncoderObject *self, PayloadBuilder *payload, PyObject *
     else {
         result = v04_write_trace(&w, trace);
     }
+    self->active_encodes--;
     *dropped = w.dropped_tags;
     if (result == 0) {
         payload->trace_count++;
@@ -99,7 +104,9 @@ encode_part(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, Py_ssi
     SpanWriter w;
     part_reset(part);
     writer_init(self, &w, &part->body, part, index);
+    self->active_encodes++;
     int result = self->version == 5 ? v05_write_trace(&w, trace) : v04_write_trace(&w, trace);
+    self->active_encodes--;
     *dropped = w.dropped_tags;
     return result;
 }
@@ -173,8 +180,9 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
                                      &lenient, &intern, &native_span_events)) {
         return -1;
     }
-    if (self->scratch_in_use) {
-        PyErr_SetString(PyExc_RuntimeError, "TraceEncoder.__init__() called during put()");
+    if (self->active_encodes > 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "TraceEncoder.__init__() called while the encoder is encoding");
         return -1;
     }
     int version_number;
@@ -280,7 +288,12 @@ trace_encoder_dealloc(TraceEncoderObject *self)
 static PyObject *
 trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
 {
-    PyObject *items = PySequence_Fast(traces, "traces must be a list of traces");
+    /* A snapshot: span code may resize the caller's list while we iterate. */
+    PyObject *items = PySequence_Tuple(traces);
+    if (items == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Format(PyExc_TypeError, "traces must be a list of traces, not %.200s",
+                     Py_TYPE(traces)->tp_name);
+    }
     if (items == NULL) {
         return NULL;
     }
