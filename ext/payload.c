@@ -26,6 +26,18 @@ payload_encode_table_entry(void *arg, PyObject *key, OutBuf *out)
         utf8 = PyBytes_AS_STRING(key);
         size = PyBytes_GET_SIZE(key);
     }
+    else if (PyUnicode_GET_LENGTH(key) > MAX_TEXT_LEN) {
+        /* Only the origin is keyed untruncated (as in the reference tracer);
+         * its entry is written cut like every other string. */
+        PyObject *cut = truncated_str(key);
+        if (cut == NULL) {
+            return -1;
+        }
+        utf8 = PyUnicode_AsUTF8AndSize(cut, &size);
+        int result = utf8 == NULL ? -1 : mp_write_str(out, utf8, size, 1);
+        Py_DECREF(cut);
+        return result;
+    }
     else {
         utf8 = PyUnicode_AsUTF8AndSize(key, &size);
         if (utf8 == NULL) {

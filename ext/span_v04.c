@@ -253,8 +253,7 @@ v04_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info)
     int result = -1;
 
     if (spanfields_read(w->reader, span, SF_SPAN_ID, SF_EVENTS, &v) < 0) {
-        span_reraise(w, "span", NULL);
-        return -1;
+        return span_reraise(w, v.failed >= 0 ? span_field_names[v.failed] : "span", NULL);
     }
     PyObject *parent = v.value[SF_PARENT_ID], *span_type = v.value[SF_SPAN_TYPE];
     PyObject *meta = v.value[SF_META], *metrics = v.value[SF_METRICS];

@@ -152,8 +152,7 @@ v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t or
     int result = -1;
 
     if (spanfields_read(w->reader, span, SF_SPAN_ID, SF_EVENTS, &v) < 0) {
-        span_reraise(w, "span", NULL);
-        return -1;
+        return span_reraise(w, v.failed >= 0 ? span_field_names[v.failed] : "span", NULL);
     }
     PyObject *parent = v.value[SF_PARENT_ID], *error_obj = v.value[SF_ERROR];
     PyObject *meta = v.value[SF_META], *metrics = v.value[SF_METRICS];
@@ -304,7 +303,8 @@ v05_write_trace(SpanWriter *w, PyObject *trace)
      * reference tracer; "" gets index 0, which means "no origin". */
     uint32_t origin_index = V05_EMPTY_INDEX;
     if (info.origin != NULL) {
-        result = v05_text_index(w, info.origin, "origin", NULL, &origin_index);
+        /* Keyed by the whole origin, even a long one (its entry is cut). */
+        result = strtable_index(w->strings, info.origin, w->encode_string, NULL, &origin_index);
     }
     for (Py_ssize_t i = 0; i < count && result == 0; i++) {
         if (Py_SIZE(trace) != count) {

@@ -178,18 +178,31 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
 }
 
 /* The instance offset of `name` when instances of `type` read it from a
- * __slots__ member (a data descriptor, so nothing else can shadow it), else 0. */
+ * __slots__ member (a data descriptor, so nothing else can shadow it), else 0.
+ * The descriptor is looked up along the MRO as instance attribute access does
+ * (not with getattr on the class, which a metaclass could intercept). */
 static Py_ssize_t
 slot_offset(PyTypeObject *type, PyObject *name)
 {
-    if (!PyUnicode_Check(name)) {
-        return 0; /* dotted path */
+    PyObject *mro = type->tp_mro;
+    if (!PyUnicode_Check(name) || mro == NULL) {
+        return 0; /* dotted path, or a type not ready */
     }
-    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    PyObject *descr = NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro) && descr == NULL; i++) {
+        PyObject *base_dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+        if (base_dict != NULL) {
+            descr = PyDict_GetItemWithError(base_dict, name);
+            if (descr == NULL && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+    }
     if (descr == NULL) {
-        PyErr_Clear();
         return 0;
     }
+    Py_INCREF(descr);
     Py_ssize_t offset = 0;
     if (Py_TYPE(descr) == &PyMemberDescr_Type) {
         PyMemberDescrObject *member = (PyMemberDescrObject *)descr;
@@ -278,10 +291,12 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
                 SpanValues *values)
 {
     memset(values, 0, sizeof *values);
+    values->failed = -1;
     if (PyDict_Check(span)) {
         for (int i = (int)first; i <= (int)last; i++) {
             PyObject *value = PyDict_GetItemWithError(span, reader->dict_key[i]);
             if (value == NULL && PyErr_Occurred()) {
+                values->failed = i;
                 goto error;
             }
             values->value[i] = Py_XNewRef(value);
@@ -301,6 +316,7 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
     }
     for (int i = (int)first; i <= (int)last; i++) {
         if (needs_getattr[i] && get_attribute(span, reader->attribute[i], &values->value[i]) < 0) {
+            values->failed = i;
             goto error;
         }
     }

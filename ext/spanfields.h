@@ -59,6 +59,7 @@ int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
 /* Field values of one span, as new references (NULL: the field is absent). */
 typedef struct {
     PyObject *value[SF_COUNT];
+    int failed; /* after a failed read: the field whose lookup raised */
 } SpanValues;
 
 /* Read fields [first, last] of `span` (the others are set to NULL).  Returns

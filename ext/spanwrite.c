@@ -105,7 +105,7 @@ span_reraise(SpanWriter *w, const char *field, PyObject *key)
 /* ---------------------------------------------------------------------------
  * Text */
 
-static PyObject *
+PyObject *
 truncated_str(PyObject *str)
 {
     PyObject *prefix = PyUnicode_Substring(str, 0, TRUNCATED_PREFIX_LEN);
@@ -326,6 +326,12 @@ trace_info_read(SpanWriter *w, PyObject *first_span, TraceInfo *info)
                    Py_TYPE(origin)->tp_name);
         Py_DECREF(origin);
         return -1;
+    }
+    if (!PyUnicode_CheckExact(origin)) {
+        Py_SETREF(origin, PyUnicode_FromObject(origin));
+        if (origin == NULL) {
+            return -1;
+        }
     }
     if (PyUnicode_AsUTF8(origin) == NULL) {
         Py_DECREF(origin);

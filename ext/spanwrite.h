@@ -86,6 +86,9 @@ typedef struct {
 int text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
                  PreparedText *text);
 
+/* The reference tracer's cut of a str longer than MAX_TEXT_LEN. */
+PyObject *truncated_str(PyObject *str);
+
 /* Is `value` text (str, bytes, bytearray)? */
 static inline int
 is_text(PyObject *value)

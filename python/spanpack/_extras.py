@@ -120,11 +120,6 @@ def links_for_v04(links: List[Any]) -> List[Dict[str, Any]]:
 
 def _event_fields(event: Any) -> Dict[str, Any]:
     fields = {"name": _field(event, "name"), "time_unix_nano": _field(event, "time_unix_nano")}
-    if not isinstance(fields["name"], str):
-        raise TypeError(f"span event name must be str, not {fields['name']!r}")
-    time = fields["time_unix_nano"]
-    if isinstance(time, bool) or not isinstance(time, int) or not 0 <= time <= _LOW_64_BITS:
-        raise TypeError(f"span event time_unix_nano must be an int in [0, 2**64), not {time!r}")
     attributes = _field(event, "attributes")
     if attributes:
         fields["attributes"] = attributes
@@ -132,7 +127,8 @@ def _event_fields(event: Any) -> Dict[str, Any]:
 
 
 def events_json(events: List[Any]) -> str:
-    """Events as JSON in meta "events" (v0.5 always; v0.4 unless native)."""
+    """Events as JSON in meta "events" (v0.5 always; v0.4 unless native):
+    whatever json.dumps makes of them, as in the reference tracer."""
     return json.dumps([_event_fields(event) for event in events])
 
 
@@ -158,6 +154,14 @@ def events_for_v04(events: List[Any]) -> List[Dict[str, Any]]:
     converted = []
     for event in events:
         fields = _event_fields(event)
+        if not isinstance(fields["name"], str):
+            raise TypeError(f"span event name must be str, not {fields['name']!r}")
+        time = fields["time_unix_nano"]
+        if isinstance(time, bool) or not isinstance(time, int) or not 0 <= time <= _LOW_64_BITS:
+            raise TypeError(f"span event time_unix_nano must be an int in [0, 2**64), not {time!r}")
+        for key in fields.get("attributes", ()):
+            if not isinstance(key, str):
+                raise TypeError(f"span event attribute keys must be str, not {key!r}")
         out: Dict[str, Any] = {
             "name": _truncate(fields["name"]),
             "time_unix_nano": fields["time_unix_nano"],
