@@ -26,7 +26,7 @@ except ImportError:
 VERSIONS = ("v0.4", "v0.5")
 PATHS = ("encode_traces", "put", "encode_trace")
 MISSING = object()
-ANY = "ANY"  # both versions
+NO_KEY = object()  # the error is not about one tag (key None is a tag key)
 
 
 def span(**overrides):
@@ -80,7 +80,7 @@ def bad_trace(field, value, span_index):
 
 # (field, value, {version: exception type or None}, key or None, trace-level)
 # A trace-level field (trace_id, origin) is read from the first span only.
-def case(field, value, errors, key=None, ident=None):
+def case(field, value, errors, key=NO_KEY, ident=None):
     if not isinstance(errors, dict):
         errors = {"v0.4": errors, "v0.5": errors}
     return pytest.param(field, value, errors, key, id=ident or "%s=%r" % (field, value))
@@ -199,8 +199,8 @@ CASES += [
 TRACE_LEVEL = {"trace_id", "origin"}
 
 
-def _message_prefix(trace_index, span_index, field, key):
-    if key is not None:
+def _message_prefix(trace_index, span_index, field, key=NO_KEY):
+    if key is not NO_KEY:
         return "trace %d, span %d, %s key %r" % (trace_index, span_index, field, key)
     return "trace %d, span %d, %s" % (trace_index, span_index, field)
 
@@ -310,10 +310,10 @@ def test_native_span_event_attributes(version, path):
     if version == "v0.5":  # events are JSON in v0.5, where nested lists are fine
         spanpack.TraceMsgPackEncoder(version, native_span_events=True).encode_traces([bad])
         return
-    check_failure_and_recovery(version, path, bad, TypeError, lambda t: _message_prefix(t, 2, "events", None),
+    check_failure_and_recovery(version, path, bad, TypeError, lambda t: _message_prefix(t, 2, "events"),
                                {"native_span_events": True})
     bad = bad_trace("events", [{"name": "e", "time_unix_nano": 1, "attributes": {"i": 1 << 64}}], 2)
-    check_failure_and_recovery(version, path, bad, ValueError, lambda t: _message_prefix(t, 2, "events", None),
+    check_failure_and_recovery(version, path, bad, ValueError, lambda t: _message_prefix(t, 2, "events"),
                                {"native_span_events": True})
 
 
@@ -556,7 +556,7 @@ def test_lenient_failure_after_drops_is_atomic(field, value, error, version, pat
     bad = bad_trace(field, value, 2)
     bad[0]["meta"] = dict(bad[0]["meta"], **{"dropped-new-key": 1})
     bad[1]["metrics"] = dict(bad[1]["metrics"], **{"dropped-new-metric": "x"})
-    check_failure_and_recovery(version, path, bad, error, lambda t: _message_prefix(t, 2, field, None),
+    check_failure_and_recovery(version, path, bad, error, lambda t: _message_prefix(t, 2, field),
                                {"lenient": True})
 
 
@@ -635,7 +635,7 @@ def test_random_failure_leaves_no_trace(good, version, bad_case, lenient, data):
     field, value, errors, key = bad_case
     expected_type = errors[version]
     assume(expected_type is not None)
-    assume(not (lenient and key is not None))  # lenient drops bad tags instead
+    assume(not (lenient and key is not NO_KEY))  # lenient drops bad tags instead
     good_traces = [to_form(trace, "dict") for trace in good]
     bad = [dict(s) for s in to_form(data.draw(st.sampled_from(good)), "dict")]
     span_index = 0 if field in TRACE_LEVEL else data.draw(st.integers(0, len(bad) - 1))
