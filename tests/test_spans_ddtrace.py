@@ -170,32 +170,35 @@ def test_empty_traces_and_many_traces_per_payload():
         assert_all_paths_equal(expected, spanpack_paths(version, traces, "ddtrace"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spanpack bug: ddtrace 4.2.3's v0.4 encoder writes the origin up to its first NUL "
-    "(C strlen); spanpack writes the whole string",
-)
-def test_origin_with_nul_matches_ddtrace():
+def test_origin_with_nul_written_whole_in_v04():
+    """README "Wire format": ddtrace 4.2.3's v0.4 encoder cuts an origin at
+    its first NUL (C strlen); spanpack writes it whole."""
     span = _span()
     span.context.dd_origin = "synth\x00etics"
-    expected = ddtrace_payload("v0.4", [[span]])
-    assert unpack(expected)[0][0]["meta"]["_dd.origin"] == "synth"
-    assert_all_paths_equal(expected, spanpack_paths("v0.4", [[span]], "ddtrace"))
+    assert unpack(ddtrace_payload("v0.4", [[span]]))[0][0]["meta"]["_dd.origin"] == "synth"
+    results = spanpack_paths("v0.4", [[span]], "ddtrace")
+    assert unpack(results["encode_traces"])[0][0]["meta"] == {"_dd.origin": "synth\x00etics"}
+    assert_all_paths_equal(results["encode_traces"], results)
+    span.context.dd_origin = "synth"
+    cut = ddtrace_payload("v0.4", [[span]])
+    assert results["encode_traces"] == cut.replace(b"\xa5synth", b"\xabsynth\x00etics")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spanpack bug: ddtrace 4.2.3's v0.5 table keys a long origin by the untruncated string "
-    "(its entry is written truncated), so it does not share an index with another string that "
-    "truncates to the same text; spanpack merges the two entries",
-)
 def test_long_origin_v05_table_entries_match_ddtrace():
+    """ddtrace's v0.5 table keys a long origin by the whole string (the entry
+    is written truncated), so it does not share an index with another string
+    that truncates to the same text."""
     long_text = "x" * 25001
     span = _span(span_type=long_text)
     span.context.dd_origin = long_text
     expected = ddtrace_payload("v0.5", [[span]])
     assert len(unpack(expected)[0]) == 7  # "", _dd.origin, origin, s, n, r, span_type
     assert_all_paths_equal(expected, spanpack_paths("v0.5", [[span]], "ddtrace"))
+    # Two traces with long origins that truncate alike: two entries.
+    other = _span(span_id=3)
+    other.context.dd_origin = "x" * 25002
+    expected = ddtrace_payload("v0.5", [[span], [other]])
+    assert_all_paths_equal(expected, spanpack_paths("v0.5", [[span], [other]], "ddtrace"))
 
 
 def test_long_origin_written_truncated_in_v05_whole_in_v04():
@@ -236,38 +239,26 @@ def test_v04_link_dropped_attributes_count_left_out():
     assert_all_paths_equal(expected, spanpack_paths("v0.5", [[span]], "ddtrace"))
 
 
-_UNDOCUMENTED = "spanpack discrepancy not in its list of deliberate differences: "
-
-
 @pytest.mark.parametrize(
     "version,attributes",
     [
-        pytest.param("v0.4", {"error": None}, id='v04-error-None', marks=pytest.mark.xfail(
-            strict=True, reason=_UNDOCUMENTED + "v0.4 error=None: ddtrace writes error 1 (None != 0), "
-            "spanpack silently omits the key")),
-        pytest.param("v0.4", {"error": 0.5}, id='v04-error-float', marks=pytest.mark.xfail(
-            strict=True, reason=_UNDOCUMENTED + "float error: ddtrace writes error 1, spanpack raises TypeError")),
-        pytest.param("v0.5", {"error": 1.0}, id='v05-error-float', marks=pytest.mark.xfail(
-            strict=True, reason=_UNDOCUMENTED + "float error: ddtrace writes 1, spanpack raises TypeError")),
-        pytest.param("v0.4", {"start_ns": None}, id='v04-start-None', marks=pytest.mark.xfail(
-            strict=True, reason=_UNDOCUMENTED + "v0.4 start_ns=None: ddtrace writes nil, spanpack raises TypeError")),
-        pytest.param("v0.4", {"_events": "name=None"}, id='v04-event-name-None', marks=pytest.mark.xfail(
-            strict=True, reason=_UNDOCUMENTED + "span event name None: ddtrace writes null in the events "
-            "JSON, spanpack raises TypeError")),
-        pytest.param("v0.5", {"_events": "time=1.5"}, id='v05-event-time-float', marks=pytest.mark.xfail(
-            strict=True, reason=_UNDOCUMENTED + "span event time_unix_nano float: ddtrace writes it in the "
-            "events JSON, spanpack raises TypeError")),
-        # The same kind of values where spanpack does agree:
         pytest.param("v0.5", {"error": None}, id="v05-error-None"),
         pytest.param("v0.5", {"start_ns": None, "duration_ns": None}, id="v05-times-None"),
         pytest.param("v0.4", {"error": True}, id="v04-error-True"),
         pytest.param("v0.5", {"error": -7}, id="v05-error-negative"),
+        pytest.param("v0.4", {"_events": "name=None"}, id="v04-event-name-None"),
+        pytest.param("v0.5", {"_events": "name=5"}, id="v05-event-name-int"),
+        pytest.param("v0.5", {"_events": "time=1.5"}, id="v05-event-time-float"),
+        pytest.param("v0.4", {"_events": "time=1.5"}, id="v04-event-time-float"),
     ],
 )
 def test_unusual_field_values_match_ddtrace(version, attributes):
+    """Values a ddtrace Span does not normally hold, where spanpack agrees
+    (JSON events are whatever json.dumps makes of them)."""
     from ddtrace._trace.span import SpanEvent
 
-    events = {"name=None": [SpanEvent(None, {}, 1)], "time=1.5": [SpanEvent("e", {}, 1.5)]}
+    events = {"name=None": [SpanEvent(None, {}, 1)], "name=5": [SpanEvent(5, {"a": None}, 1)],
+              "time=1.5": [SpanEvent("e", {}, 1.5)]}
     if attributes.get("_events") in events:
         attributes = dict(attributes, _events=events[attributes["_events"]])
     span = _span(**attributes)
@@ -275,11 +266,21 @@ def test_unusual_field_values_match_ddtrace(version, attributes):
     assert_all_paths_equal(expected, spanpack_paths(version, [[span]], "ddtrace"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spanpack bug: a native span event attribute with a non-str key is written as a msgpack int "
-    "key (ddtrace 4.2.3 raises 'Expected str, got int'; decoders expect str keys)",
-)
+def test_documented_differences_for_error_and_start():
+    """README "Wire format": error None or a float, v0.4 start_ns None."""
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", "ddtrace")
+    assert unpack(ddtrace_payload("v0.4", [[_span(error=None)]]))[0][0]["error"] == 1
+    assert "error" not in unpack(encoder.encode_traces([[_span(error=None)]]))[0][0]
+    assert encoder.encode_traces([[_span(error=None)]]) == encoder.encode_traces([[_span(error=0)]])
+    for version, error in (("v0.4", 0.5), ("v0.5", 1.0)):
+        ddtrace_payload(version, [[_span(error=error)]])  # ddtrace accepts it
+        with pytest.raises(TypeError, match=r"^trace 0, span 0, error"):
+            spanpack.TraceMsgPackEncoder(version, "ddtrace").encode_traces([[_span(error=error)]])
+    assert unpack(ddtrace_payload("v0.4", [[_span(start_ns=None)]]))[0][0]["start"] is None
+    with pytest.raises(TypeError, match=r"^trace 0, span 0, start_ns"):
+        encoder.encode_traces([[_span(start_ns=None)]])
+
+
 def test_native_span_event_attribute_keys_must_be_text():
     from ddtrace._trace.span import SpanEvent
 
@@ -294,33 +295,40 @@ class _Level(enum.IntEnum):
     HIGH = 1
 
 
-_META_STRUCT_REASON = (
-    _UNDOCUMENTED + "meta_struct values of other than the exact types: ddtrace 4.2.3's packb writes the "
-    "string 'Can not serialize [T] object' (or 'Integer value out of range'), spanpack %s"
-)
+def test_meta_struct_exact_types_match_ddtrace():
+    """Non-str keys inside the document, bytes and bytearray as bin, long
+    strings not truncated."""
+    span = _span(_meta_struct={"appsec": {1: 2, None: [b"x", bytearray(b"y"), 1.5, "z" * 30000, True]}})
+    expected = ddtrace_payload("v0.4", [[span]])
+    assert_all_paths_equal(expected, spanpack_paths("v0.4", [[span]], "ddtrace"))
 
 
 @pytest.mark.parametrize(
-    "value",
+    "value,ddtrace_document,spanpack_document",
     [
-        pytest.param((1, 2), id="tuple", marks=pytest.mark.xfail(
-            strict=True, reason=_META_STRUCT_REASON % "packs a tuple as an array")),
-        pytest.param({"level": _Level.HIGH}, id="int-subclass", marks=pytest.mark.xfail(
-            strict=True, reason=_META_STRUCT_REASON % "packs an int subclass as an int")),
-        pytest.param(collections.OrderedDict(a=1), id="dict-subclass", marks=pytest.mark.xfail(
-            strict=True, reason=_META_STRUCT_REASON % "packs a dict subclass as a map")),
-        pytest.param({"n": 2**64}, id="int-out-of-range", marks=pytest.mark.xfail(
-            strict=True, reason=_META_STRUCT_REASON % "raises ValueError")),
-        pytest.param({"s": {1}}, id="set", marks=pytest.mark.xfail(
-            strict=True, reason=_META_STRUCT_REASON % "raises TypeError")),
-        # Exact types agree, including non-str keys inside the document:
-        pytest.param({1: 2, None: [b"x", bytearray(b"y"), 1.5, "z" * 30000]}, id="exact-types"),
+        ((1, 2), "Can not serialize [tuple] object", [1, 2]),
+        ({"level": _Level.HIGH}, {"level": "Can not serialize [_Level] object"}, {"level": 1}),
+        (collections.OrderedDict(a=1), "Can not serialize [OrderedDict] object", {"a": 1}),
+        ({"n": 2**64}, {"n": "Integer value out of range"}, ValueError),
+        ({"s": {1}}, {"s": "Can not serialize [set] object"}, TypeError),
     ],
+    ids=["tuple", "int-subclass", "dict-subclass", "int-out-of-range", "set"],
 )
-def test_meta_struct_values_match_ddtrace(value):
+def test_meta_struct_other_types_documented_difference(value, ddtrace_document, spanpack_document):
+    """README "Wire format": ddtrace replaces them with an error string,
+    spanpack packs them as msgpack-python would, or raises."""
     span = _span(_meta_struct={"appsec": value})
-    expected = ddtrace_payload("v0.4", [[span]])
-    assert_all_paths_equal(expected, spanpack_paths("v0.4", [[span]], "ddtrace"))
+    reference = unpack(ddtrace_payload("v0.4", [[span]]))[0][0]["meta_struct"]["appsec"]
+    assert unpack(reference) == ddtrace_document
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", "ddtrace")
+    if isinstance(spanpack_document, type):
+        with pytest.raises(spanpack_document, match=r"^trace 0, span 0, meta_struct key 'appsec'"):
+            encoder.encode_traces([[span]])
+        return
+    results = spanpack_paths("v0.4", [[span]], "ddtrace")
+    assert_all_paths_equal(results["encode_traces"], results)
+    document = unpack(results["encode_traces"])[0][0]["meta_struct"]["appsec"]
+    assert unpack(document) == spanpack_document
 
 
 # ---------------------------------------------------------------------------

@@ -341,14 +341,11 @@ def test_base_class_changed_after_subclass_use(version):
     assert encode(version, [[span]]) == encode(version, [[dict_span(service="base-property")]])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spanpack bug: slot offsets are resolved with getattr(type, name), which a metaclass data "
-    "descriptor intercepts; instances resolve through the class MRO (_PyType_Lookup), so spanpack "
-    "reads a different slot than span.service",
-)
 @pytest.mark.parametrize("version", VERSIONS)
 def test_metaclass_descriptor_does_not_redirect_slot_reads(version):
+    """Slots are resolved the way instances resolve them (along the class
+    MRO), not through getattr(type, name), which a metaclass data descriptor
+    intercepts."""
     class Meta(type):
         @property
         def service(cls):  # what getattr(cls, "service") gives: another slot's descriptor
