@@ -372,43 +372,48 @@ pack_item_pair(const PackOptions *options, OutBuf *buf, PyObject *pair, int nest
     return result;
 }
 
-/* A map of `size` entries from an iterable of pairs (dict subclasses through
- * their items(), and Packer.pack_map_pairs). */
+/* `size` items from iterating `iterable`: an array of values (list and tuple
+ * subclasses: the header counts ob_size, the items come from iterating, as in
+ * msgpack-python) or, with `as_map`, a map from (key, value) pairs (dict
+ * subclasses through their items(), and Packer.pack_map_pairs).  A count that
+ * does not match the header raises instead of writing a corrupt container. */
 static int
-pack_pairs(const PackOptions *options, OutBuf *buf, PyObject *pairs, Py_ssize_t size,
-           int nest_limit)
+pack_iterated(const PackOptions *options, OutBuf *buf, PyObject *iterable, Py_ssize_t size,
+              int nest_limit, int as_map)
 {
-    PyObject *iterator = NULL, *pair = NULL;
+    PyObject *iterator = NULL, *item = NULL;
     Py_ssize_t count = 0;
     int result = -1;
 
     if (size > MP_ITEM_LIMIT) {
-        raise_too_large("dict");
+        raise_too_large(as_map ? "dict" : "list");
         goto error;
     }
-    if (mp_write_map_header(buf, (uint32_t)size) < 0) {
+    if ((as_map ? mp_write_map_header(buf, (uint32_t)size)
+                : mp_write_array_header(buf, (uint32_t)size)) < 0) {
         goto error;
     }
-    iterator = PyObject_GetIter(pairs);
+    iterator = PyObject_GetIter(iterable);
     if (iterator == NULL) {
         goto error;
     }
-    while ((pair = PyIter_Next(iterator)) != NULL) {
-        if (++count > size || pack_item_pair(options, buf, pair, nest_limit) < 0) {
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        if (++count > size || (as_map ? pack_item_pair(options, buf, item, nest_limit)
+                                      : pack_object(options, buf, item, nest_limit)) < 0) {
             break;
         }
-        Py_CLEAR(pair);
+        Py_CLEAR(item);
     }
     if (PyErr_Occurred()) {
         goto error;
     }
     if (count != size) {
-        raise_changed_size("mapping");
+        raise_changed_size(as_map ? "mapping" : "sequence");
         goto error;
     }
     result = 0;
 error:
-    Py_XDECREF(pair);
+    Py_XDECREF(item);
     Py_XDECREF(iterator);
     return result;
 }
@@ -424,7 +429,7 @@ pack_dict_subclass(const PackOptions *options, OutBuf *buf, PyObject *obj, int n
     if (items == NULL) {
         return -1;
     }
-    int result = pack_pairs(options, buf, items, size, nest_limit);
+    int result = pack_iterated(options, buf, items, size, nest_limit, 1);
     Py_DECREF(items);
     return result;
 }
@@ -475,48 +480,6 @@ pack_exact_tuple(const PackOptions *options, OutBuf *buf, PyObject *tuple, int n
         }
     }
     return 0;
-}
-
-/* List and tuple subclasses: the header counts ob_size, the items come from
- * iterating, as in msgpack-python; a mismatch raises instead of writing a
- * corrupt array. */
-static int
-pack_sequence_subclass(const PackOptions *options, OutBuf *buf, PyObject *obj, int nest_limit)
-{
-    Py_ssize_t size = Py_SIZE(obj);
-    PyObject *iterator = NULL, *item = NULL;
-    Py_ssize_t count = 0;
-    int result = -1;
-
-    if (size > MP_ITEM_LIMIT) {
-        raise_too_large("list");
-        goto error;
-    }
-    if (mp_write_array_header(buf, (uint32_t)size) < 0) {
-        goto error;
-    }
-    iterator = PyObject_GetIter(obj);
-    if (iterator == NULL) {
-        goto error;
-    }
-    while ((item = PyIter_Next(iterator)) != NULL) {
-        if (++count > size || pack_object(options, buf, item, nest_limit) < 0) {
-            break;
-        }
-        Py_CLEAR(item);
-    }
-    if (PyErr_Occurred()) {
-        goto error;
-    }
-    if (count != size) {
-        raise_changed_size("sequence");
-        goto error;
-    }
-    result = 0;
-error:
-    Py_XDECREF(item);
-    Py_XDECREF(iterator);
-    return result;
 }
 
 /* ---------------------------------------------------------------------------
@@ -576,7 +539,7 @@ pack_value_slow(const PackOptions *options, OutBuf *buf, PyObject *obj, int will
         if (type == &PyTuple_Type) {
             return pack_exact_tuple(options, buf, obj, nest_limit);
         }
-        return pack_sequence_subclass(options, buf, obj, nest_limit);
+        return pack_iterated(options, buf, obj, Py_SIZE(obj), nest_limit, 0);
     }
     if (PyMemoryView_Check(obj)) {
         return pack_memoryview(options, buf, obj);
@@ -960,7 +923,7 @@ packer_pack_map_pairs(PackerObject *self, PyObject *pairs)
         Py_ssize_t before = outbuf_len(&self->buf);
         /* Keys and values nest one level below the map, as in pack(). */
         self->packing = 1;
-        int packed = pack_pairs(&self->options, &self->buf, pairs, size, PACK_NEST_LIMIT);
+        int packed = pack_iterated(&self->options, &self->buf, pairs, size, PACK_NEST_LIMIT, 1);
         self->packing = 0;
         if (packed == 0) {
             result = packer_result(self);

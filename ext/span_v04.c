@@ -246,7 +246,7 @@ v04_write_converted(SpanWriter *w, const char *key_literal, Py_ssize_t key_size,
 }
 
 static int
-v04_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info)
+v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
     SpanValues v;
     PyObject *events_text = NULL;
@@ -385,39 +385,5 @@ error:
 int
 v04_write_trace(SpanWriter *w, PyObject *trace)
 {
-    if (check_trace(w, trace) < 0) {
-        return -1;
-    }
-    Py_ssize_t count = Py_SIZE(trace);
-    if (count > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "trace %zd: too many spans", w->trace_index);
-        return -1;
-    }
-    if (mp_write_array_header(w->out, (uint32_t)count) < 0) {
-        return -1;
-    }
-    if (count == 0) {
-        return 0;
-    }
-    TraceInfo info;
-    PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
-    int result = trace_info_read(w, first, &info);
-    Py_DECREF(first);
-    if (result < 0) {
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < count && result == 0; i++) {
-        if (Py_SIZE(trace) != count) {
-            PyErr_Format(PyExc_RuntimeError, "trace %zd changed size during encoding",
-                         w->trace_index);
-            result = -1;
-            break;
-        }
-        w->span_index = i;
-        PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
-        result = v04_write_span(w, span, &info);
-        Py_DECREF(span);
-    }
-    trace_info_release(&info);
-    return result;
+    return write_trace(w, trace, NULL, v04_write_span);
 }

@@ -145,7 +145,7 @@ v05_write_json_entry(SpanWriter *w, PyObject *key, PyObject *json_text, const ch
 }
 
 static int
-v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t origin_index)
+v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
     SpanValues v;
     PyObject *links_text = NULL, *events_text = NULL;
@@ -223,7 +223,7 @@ v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t or
     }
 
     Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
-    int has_origin = origin_index != V05_EMPTY_INDEX;
+    int has_origin = info->origin_index != V05_EMPTY_INDEX;
     Py_ssize_t extras =
         add_trace_id_high + has_origin + (links_text != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
@@ -243,7 +243,7 @@ v05_write_span(SpanWriter *w, PyObject *span, const TraceInfo *info, uint32_t or
         }
     }
     if (has_origin &&
-        (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 || v05_write_index(w, origin_index) < 0)) {
+        (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 || v05_write_index(w, info->origin_index) < 0)) {
         goto error;
     }
     if (links_text != NULL &&
@@ -275,49 +275,21 @@ error:
     return result;
 }
 
+/* The origin enters the table before any span's strings, as in the
+ * reference tracer, keyed by the whole origin even when long (its entry is
+ * cut); "" gets index 0, which means "no origin". */
+static int
+v05_start_trace(SpanWriter *w, TraceInfo *info)
+{
+    info->origin_index = V05_EMPTY_INDEX;
+    if (info->origin == NULL) {
+        return 0;
+    }
+    return strtable_index(w->strings, info->origin, w->encode_string, NULL, &info->origin_index);
+}
+
 int
 v05_write_trace(SpanWriter *w, PyObject *trace)
 {
-    if (check_trace(w, trace) < 0) {
-        return -1;
-    }
-    Py_ssize_t count = Py_SIZE(trace);
-    if (count > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "trace %zd: too many spans", w->trace_index);
-        return -1;
-    }
-    if (mp_write_array_header(w->out, (uint32_t)count) < 0) {
-        return -1;
-    }
-    if (count == 0) {
-        return 0;
-    }
-    TraceInfo info;
-    PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
-    int result = trace_info_read(w, first, &info);
-    Py_DECREF(first);
-    if (result < 0) {
-        return -1;
-    }
-    /* The origin enters the table before any span's strings, as in the
-     * reference tracer; "" gets index 0, which means "no origin". */
-    uint32_t origin_index = V05_EMPTY_INDEX;
-    if (info.origin != NULL) {
-        /* Keyed by the whole origin, even a long one (its entry is cut). */
-        result = strtable_index(w->strings, info.origin, w->encode_string, NULL, &origin_index);
-    }
-    for (Py_ssize_t i = 0; i < count && result == 0; i++) {
-        if (Py_SIZE(trace) != count) {
-            PyErr_Format(PyExc_RuntimeError, "trace %zd changed size during encoding",
-                         w->trace_index);
-            result = -1;
-            break;
-        }
-        w->span_index = i;
-        PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
-        result = v05_write_span(w, span, &info, origin_index);
-        Py_DECREF(span);
-    }
-    trace_info_release(&info);
-    return result;
+    return write_trace(w, trace, v05_start_trace, v05_write_span);
 }

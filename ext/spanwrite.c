@@ -354,11 +354,12 @@ meta_lacks_trace_id_high(SpanWriter *w, PyObject *meta, int *lacks)
         *lacks = 1;
         return 0;
     }
-    int contains = PyDict_Contains(meta, w->state->str_trace_id_high_key);
-    if (contains < 0) {
+    PyObject *value = PyDict_GetItemWithError(meta, w->state->str_trace_id_high_key);
+    if (value == NULL && PyErr_Occurred()) {
         return span_reraise(w, "meta", NULL);
     }
-    *lacks = !contains;
+    /* In lenient mode a tag that is not text is dropped: replace it. */
+    *lacks = value == NULL || (w->lenient && !is_text(value));
     return 0;
 }
 
@@ -426,7 +427,7 @@ field_length(SpanWriter *w, PyObject *value, const char *field)
     return length;
 }
 
-int
+static int
 check_trace(SpanWriter *w, PyObject *trace)
 {
     if (PyList_Check(trace) || PyTuple_Check(trace)) {
@@ -602,4 +603,48 @@ check_dict_field(SpanWriter *w, PyObject *value, const char *field)
     }
     return span_error(w, PyExc_TypeError, field, NULL, "expected a dict, not %.200s",
                       Py_TYPE(value)->tp_name);
+}
+
+int
+write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span)
+{
+    if (check_trace(w, trace) < 0) {
+        return -1;
+    }
+    Py_ssize_t count = Py_SIZE(trace);
+    if (count > MP_ITEM_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "trace %zd: too many spans", w->trace_index);
+        return -1;
+    }
+    if (mp_write_array_header(w->out, (uint32_t)count) < 0) {
+        return -1;
+    }
+    if (count == 0) {
+        return 0;
+    }
+    TraceInfo info;
+    PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
+    int result = trace_info_read(w, first, &info);
+    Py_DECREF(first);
+    if (result < 0) {
+        return -1;
+    }
+    if (start != NULL) {
+        result = start(w, &info);
+    }
+    for (Py_ssize_t i = 0; i < count && result == 0; i++) {
+        /* Span code may resize the trace list while we read it. */
+        if (Py_SIZE(trace) != count) {
+            PyErr_Format(PyExc_RuntimeError, "trace %zd changed size during encoding",
+                         w->trace_index);
+            result = -1;
+            break;
+        }
+        w->span_index = i;
+        PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
+        result = write_span(w, span, &info);
+        Py_DECREF(span);
+    }
+    trace_info_release(&info);
+    return result;
 }

@@ -61,7 +61,8 @@ typedef struct {
 typedef struct {
     uint64_t trace_id_low;
     uint64_t trace_id_high;
-    PyObject *origin; /* new reference (str), or NULL */
+    PyObject *origin;      /* new reference (exact str), or NULL */
+    uint32_t origin_index; /* v0.5: the origin's string-table index, 0 for none */
 } TraceInfo;
 
 /* Raise `type` with "trace T, span S, FIELD[ KEY]: <message>".  Returns -1. */
@@ -121,12 +122,15 @@ PyObject *events_for_v04(SpanWriter *w, PyObject *events);
  * error (raised). */
 Py_ssize_t field_length(SpanWriter *w, PyObject *value, const char *field);
 
+/* One trace: the array header, the trace-level values from its first span
+ * (then `start`, if given, sees them), and `write_span` for each span. */
+typedef int (*TraceStartFn)(SpanWriter *w, TraceInfo *info);
+typedef int (*SpanWriteFn)(SpanWriter *w, PyObject *span, TraceInfo *info);
+int write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span);
+
 /* One trace: array of spans.  Writers per version. */
 int v04_write_trace(SpanWriter *w, PyObject *trace);
 int v05_write_trace(SpanWriter *w, PyObject *trace);
-
-/* Check a trace argument: a list (or tuple) of spans. */
-int check_trace(SpanWriter *w, PyObject *trace);
 
 #endif /* SPANPACK_SPANWRITE_H */
 

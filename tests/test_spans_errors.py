@@ -686,12 +686,6 @@ def test_random_failure_leaves_no_trace(good, version, bad_case, lenient, data):
     assert encoder.dropped_tags == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spanpack bug: in lenient mode a non-str _dd.p.tid on the first span of a 128-bit trace is "
-    "dropped, and because the meta dict had the key spanpack does not add the correct one, so the "
-    "payload silently loses the trace id's high 64 bits",
-)
 @pytest.mark.parametrize("version", VERSIONS)
 def test_lenient_dropped_trace_id_high_tag_is_replaced(version):
     trace_id = (7 << 64) | 1
