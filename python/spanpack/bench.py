@@ -4,7 +4,9 @@ For each sample shape (see :mod:`spanpack.samples`) and each contender, the
 contender's payload is first decoded and compared with spanpack's; only
 contenders that produce the same data are timed.  Timing uses
 ``time.perf_counter`` over repeated rounds (best and median of N, garbage
-collector off while a round runs); pytest is not needed.
+collector off while a round runs), the contenders of a shape taking turns
+round by round so that load from other processes hits them alike; pytest is
+not needed.
 
 Contenders (the ones whose library is missing are skipped with a note):
 
@@ -391,35 +393,62 @@ class Budget:
     max_time: float  # seconds per contender, after calibration
 
 
-DEFAULT_BUDGET = Budget(round_time=0.02, max_rounds=15, min_rounds=3, max_time=0.45)
-QUICK_BUDGET = Budget(round_time=0.005, max_rounds=7, min_rounds=2, max_time=0.08)
+DEFAULT_BUDGET = Budget(round_time=0.02, max_rounds=40, min_rounds=5, max_time=0.6)
+QUICK_BUDGET = Budget(round_time=0.005, max_rounds=10, min_rounds=3, max_time=0.08)
 
 
-def measure(fn: Callable[[], Any], budget: Budget) -> Timing:
-    """Best and median seconds per call of fn(), over rounds of `number` calls."""
+def _calibrate(fn: Callable[[], Any], budget: Budget) -> int:
+    """Calls per round so that a round lasts about budget.round_time."""
     gc.collect()
     t0 = time.perf_counter()
     fn()
     first = time.perf_counter() - t0
-    number = max(1, int(budget.round_time / max(first, 1e-9)))
-    times: List[float] = []
+    return max(1, int(budget.round_time / max(first, 1e-9)))
+
+
+def _round(fn: Callable[[], Any], number: int) -> float:
+    """Seconds per call over one round of `number` calls, the collector off."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - t0
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return elapsed / number
+
+
+def measure(fn: Callable[[], Any], budget: Budget) -> Timing:
+    """Best and median seconds per call of fn(), over rounds of `number` calls."""
+    return measure_interleaved([fn], budget)[0]
+
+
+def measure_interleaved(fns: Sequence[Callable[[], Any]], budget: Budget) -> List[Timing]:
+    """Like measure(), for several callables whose rounds take turns.
+
+    One round of each callable, then the next round of each, and so on: a
+    burst of load from other processes then hits every contender alike,
+    which keeps best-of-N ratios fair on a shared machine.  Stops after
+    budget.max_rounds rounds each, or once every callable has
+    budget.min_rounds rounds and budget.max_time per callable has passed.
+    """
+    numbers = [_calibrate(fn, budget) for fn in fns]
+    times: List[List[float]] = [[] for _ in fns]
     start = time.perf_counter()
-    loops = range(number)
-    while len(times) < budget.max_rounds:
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            t0 = time.perf_counter()
-            for _ in loops:
-                fn()
-            elapsed = time.perf_counter() - t0
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        times.append(elapsed / number)
-        if len(times) >= budget.min_rounds and time.perf_counter() - start > budget.max_time:
+    limit = budget.max_time * len(fns)
+    while True:
+        for fn, number, samples_ in zip(fns, numbers, times):
+            if len(samples_) < budget.max_rounds:
+                samples_.append(_round(fn, number))
+        if all(len(t) >= budget.max_rounds for t in times):
             break
-    return Timing(min(times), statistics.median(times), len(times), number)
+        if (time.perf_counter() - start > limit
+                and all(len(t) >= budget.min_rounds for t in times)):
+            break
+    return [Timing(min(t), statistics.median(t), len(t), n) for t, n in zip(times, numbers)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +510,7 @@ def run(
         inputs = ShapeInputs(shape, quick)
         progress("[%d/%d] %s: %d trace(s), %d spans" % (n, len(shapes), shape, inputs.traces,
                                                         inputs.spans))
-        reference_best: Dict[str, float] = {}
+        to_time: List[Tuple[Result, Callable[[], bytes]]] = []
         for contender in contenders(versions):
             result = Result(shape, contender.version, contender.key, contender.label,
                             contender.family, inputs.spans, inputs.traces, status="")
@@ -509,16 +538,20 @@ def run(
                     payload, reference, version,
                     lambda: inputs._get("data" + version, lambda: decode(reference, version)),
                 )
+            del payload
             if result.status.startswith("differs"):
                 progress("    %-44s %s %s (not timed)" % (contender.label, version, result.status))
                 continue
-            del payload
-            timing = measure(fn, budget)
+            to_time.append((result, fn))
+        progress("    checked %d contenders; timing them in turns" % len(to_time))
+        timings = measure_interleaved([fn for _, fn in to_time], budget)
+        reference_best: Dict[str, float] = {}
+        for (result, _fn), timing in zip(to_time, timings):
             result.best, result.median = timing.best, timing.median
             result.rounds, result.number = timing.rounds, timing.number
-            if contender.key == REFERENCE_KEY:
-                reference_best[version] = timing.best
-            progress("    %-44s %s %9s/span" % (contender.label, version,
+            if result.key == REFERENCE_KEY:
+                reference_best[result.version] = timing.best
+            progress("    %-44s %s %9s/span" % (result.label, result.version,
                                                  fmt_time(result.per_span)))
         for result in results:
             if result.shape == shape and result.timed and result.version in reference_best:
