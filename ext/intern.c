@@ -8,8 +8,8 @@ strcache_init(EncodedStrCache *cache)
 {
     memset(cache, 0, sizeof *cache);
     cache->slots = PyMem_Calloc(STRCACHE_SLOTS, sizeof(StrCacheSlot));
-    cache->arena = PyMem_Malloc(STRCACHE_ARENA_BYTES);
-    if (cache->slots == NULL || cache->arena == NULL) {
+    cache->seen_once = PyMem_Calloc(STRCACHE_SLOTS, sizeof(uintptr_t));
+    if (cache->slots == NULL || cache->seen_once == NULL) {
         strcache_free(cache);
         PyErr_NoMemory();
         return -1;
@@ -27,7 +27,6 @@ strcache_clear(EncodedStrCache *cache)
         Py_CLEAR(cache->slots[i].key);
     }
     cache->used = 0;
-    cache->arena_used = 0;
 }
 
 void
@@ -35,35 +34,34 @@ strcache_free(EncodedStrCache *cache)
 {
     strcache_clear(cache);
     PyMem_Free(cache->slots);
-    PyMem_Free(cache->arena);
+    PyMem_Free(cache->seen_once);
     cache->slots = NULL;
-    cache->arena = NULL;
+    cache->seen_once = NULL;
 }
 
 void
 strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size)
 {
-    if (cache->slots == NULL || size > STRCACHE_MAX_ENTRY) {
+    if (cache->slots == NULL || size > STRCACHE_ENTRY_BYTES) {
         return;
     }
-    /* Keep the table at most half full so probes stay short; when it or the
-     * arena is exhausted, start over rather than track recency. */
-    if (cache->used >= STRCACHE_SLOTS / 2 || cache->arena_used + size > STRCACHE_ARENA_BYTES) {
-        strcache_clear(cache);
+    StrCacheSlot *slot = strcache_slot_of(cache, key);
+    uintptr_t *seen = &cache->seen_once[slot - cache->slots];
+    if (*seen != (uintptr_t)key) {
+        *seen = (uintptr_t)key; /* first sighting: remember, don't store */
+        return;
     }
-    size_t i = strcache_slot_of(cache, key);
-    while (cache->slots[i].key != NULL) {
-        if (cache->slots[i].key == key) {
-            return;
-        }
-        i = (i + 1) & (STRCACHE_SLOTS - 1);
+    /* Evicting a str runs no Python code (its dealloc is plain C). */
+    PyObject *evicted = slot->key;
+    slot->key = Py_NewRef(key);
+    slot->size = (uint32_t)size;
+    memcpy(slot->bytes, encoded, (size_t)size);
+    if (evicted != NULL) {
+        Py_DECREF(evicted);
     }
-    memcpy(cache->arena + cache->arena_used, encoded, (size_t)size);
-    cache->slots[i].key = Py_NewRef(key);
-    cache->slots[i].offset = (uint32_t)cache->arena_used;
-    cache->slots[i].size = (uint32_t)size;
-    cache->arena_used += size;
-    cache->used++;
+    else {
+        cache->used++;
+    }
 }
 
 /* ---- v0.5 string table ---- */

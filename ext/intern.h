@@ -2,10 +2,14 @@
  *
  * EncodedStrCache (v0.4): maps a str object to the exact msgpack bytes it
  *   encodes to, so a repeated service name or tag key costs one pointer-hash
- *   probe and a copy instead of a UTF-8 conversion, length checks and header
- *   choice.  Keyed by identity; each key is held by a strong reference so its
- *   address cannot be reused by a different string while cached.  Bounded:
- *   when full it is emptied and refilled.
+ *   probe and a fixed-size copy instead of a UTF-8 conversion, length checks
+ *   and header choice.  Direct-mapped by the object's address: a newcomer
+ *   evicts the slot's occupant, so the cache is bounded and never needs
+ *   clearing.  Each key is held by a strong reference so its address cannot be
+ *   reused by a different string while cached.  A string is admitted the
+ *   second time it is seen in a row at its slot (a table of addresses, holding
+ *   no references, remembers the first), so values that never repeat cost a
+ *   pointer store, not an eviction.
  *
  * StringTable (v0.5): the payload's string table.  Maps str content to its
  *   index, keeps the encoded table entries in order, and can be rolled back to
@@ -20,21 +24,21 @@
 
 /* ---- v0.4 encoded-string cache ---- */
 
-#define STRCACHE_SLOTS 4096    /* power of two */
-#define STRCACHE_MAX_ENTRY 512 /* longer encodings are not cached */
-#define STRCACHE_ARENA_BYTES (512 * 1024)
+#define STRCACHE_SLOTS 4096 /* power of two */
+/* Encodings (header included) up to this size are cached; with the key and
+ * size a slot is 64 bytes. */
+#define STRCACHE_ENTRY_BYTES 52
 
 typedef struct {
     PyObject *key; /* strong reference; NULL when the slot is empty */
-    uint32_t offset;
     uint32_t size;
+    char bytes[STRCACHE_ENTRY_BYTES];
 } StrCacheSlot;
 
 typedef struct {
-    StrCacheSlot *slots; /* NULL: cache disabled */
+    StrCacheSlot *slots;  /* NULL: cache disabled */
+    uintptr_t *seen_once; /* by slot: the address last seen there; only compared */
     Py_ssize_t used;
-    char *arena;
-    Py_ssize_t arena_used;
     /* Counters, exposed for tests and the on/off benchmark. */
     Py_ssize_t hits;
     Py_ssize_t misses;
@@ -44,41 +48,36 @@ int strcache_init(EncodedStrCache *cache);
 void strcache_clear(EncodedStrCache *cache);
 void strcache_free(EncodedStrCache *cache);
 
-static inline size_t
+static inline StrCacheSlot *
 strcache_slot_of(const EncodedStrCache *cache, PyObject *key)
 {
-    (void)cache;
     uintptr_t bits = (uintptr_t)key >> 4;
-    return (size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 32) & (STRCACHE_SLOTS - 1);
+    return &cache->slots[(size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 32) & (STRCACHE_SLOTS - 1)];
 }
 
-/* The cached encoding of `key`, or NULL (the caller then encodes it and may
- * call strcache_store). */
-static inline const StrCacheSlot *
-strcache_lookup(EncodedStrCache *cache, PyObject *key)
+/* Append the cached encoding of `key` to `out`: 1 when it was cached, 0 when
+ * not (the caller then encodes it and may call strcache_store), -1 on error. */
+static inline int
+strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out)
 {
-    size_t i = strcache_slot_of(cache, key);
-    for (;;) {
-        const StrCacheSlot *slot = &cache->slots[i];
-        if (slot->key == key) {
-            cache->hits++;
-            return slot;
-        }
-        if (slot->key == NULL) {
-            cache->misses++;
-            return NULL;
-        }
-        i = (i + 1) & (STRCACHE_SLOTS - 1);
+    const StrCacheSlot *slot = strcache_slot_of(cache, key);
+    if (slot->key != key) {
+        cache->misses++;
+        return 0;
     }
+    cache->hits++;
+    /* Copy the whole fixed-size entry (one inlined block move) and keep only
+     * its `size` bytes. */
+    if (outbuf_reserve(out, STRCACHE_ENTRY_BYTES) < 0) {
+        return -1;
+    }
+    memcpy(out->pos, slot->bytes, STRCACHE_ENTRY_BYTES);
+    out->pos += slot->size;
+    return 1;
 }
 
-static inline const char *
-strcache_bytes(const EncodedStrCache *cache, const StrCacheSlot *slot)
-{
-    return cache->arena + slot->offset;
-}
-
-/* Remember that `key` encodes to `encoded`; a no-op for entries too large. */
+/* Remember that `key` (an exact str) encodes to `encoded`, if it was seen at
+ * its slot just before; a no-op for encodings too large. */
 void strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size);
 
 /* ---- v0.5 string table ---- */

@@ -85,17 +85,19 @@ part_free(EncodedPart *part)
 }
 
 int
-payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity)
+payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity,
+             Py_ssize_t reserve)
 {
     memset(payload, 0, sizeof *payload);
     payload->version = version;
-    if (capacity < PAYLOAD_PREFIX_RESERVE + 64) {
-        capacity = PAYLOAD_PREFIX_RESERVE + 64;
+    payload->reserve = reserve;
+    if (capacity < reserve + 64) {
+        capacity = reserve + 64;
     }
     if (outbuf_init_bytes(&payload->body, capacity) < 0) {
         return -1;
     }
-    payload->body.pos += PAYLOAD_PREFIX_RESERVE;
+    payload->body.pos += reserve;
     if (version == 5 && (strtable_init(&payload->table, 1024) < 0 ||
                          seed_table(&payload->table, state, payload_encode_table_entry) < 0)) {
         payload_free(payload);
@@ -129,7 +131,7 @@ payload_prefix_size(const PayloadBuilder *payload)
 Py_ssize_t
 payload_size(const PayloadBuilder *payload)
 {
-    return payload_prefix_size(payload) + outbuf_len(&payload->body) - PAYLOAD_PREFIX_RESERVE;
+    return payload_prefix_size(payload) + outbuf_len(&payload->body) - payload->reserve;
 }
 
 PayloadMark
@@ -214,15 +216,17 @@ PyObject *
 payload_finish(PayloadBuilder *payload)
 {
     Py_ssize_t prefix = payload_prefix_size(payload);
-    Py_ssize_t traces_len = outbuf_len(&payload->body) - PAYLOAD_PREFIX_RESERVE;
+    Py_ssize_t traces_len = outbuf_len(&payload->body) - payload->reserve;
     /* Move the traces to just after the prefix, in place (growing the bytes
      * object first when the prefix is larger than the reserved gap). */
-    if (prefix > PAYLOAD_PREFIX_RESERVE &&
-        outbuf_reserve(&payload->body, prefix - PAYLOAD_PREFIX_RESERVE) < 0) {
+    if (prefix > payload->reserve &&
+        outbuf_reserve(&payload->body, prefix - payload->reserve) < 0) {
         return NULL;
     }
     char *start = payload->body.start;
-    memmove(start + prefix, start + PAYLOAD_PREFIX_RESERVE, (size_t)traces_len);
+    if (prefix != payload->reserve) {
+        memmove(start + prefix, start + payload->reserve, (size_t)traces_len);
+    }
     OutBuf head = {start, start, start + prefix, NULL};
     if (payload->version == 5) {
         mp_put_byte(&head, 0x92);

@@ -19,18 +19,23 @@ int part_init(EncodedPart *part, SpanpackState *state, int version);
 void part_reset(EncodedPart *part);
 void part_free(EncodedPart *part);
 
-/* Bytes reserved in front of a payload body for its headers: enough for the
- * v0.4 traces array header; v0.5 payloads grow the gap when they finish. */
+/* Bytes reserved in front of a payload body for its headers when the trace
+ * count is not known in advance: enough for any traces array header (v0.5
+ * payloads grow the gap for their table when they finish). */
 #define PAYLOAD_PREFIX_RESERVE 5
 
 typedef struct {
     int version;
-    OutBuf body;       /* bytes-backed; PAYLOAD_PREFIX_RESERVE bytes, then traces */
+    OutBuf body;       /* bytes-backed; `reserve` bytes, then the traces */
+    Py_ssize_t reserve; /* room left in front for the headers */
     StringTable table; /* v0.5: the payload's string table */
     Py_ssize_t trace_count;
 } PayloadBuilder;
 
-int payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity);
+/* `reserve`: PAYLOAD_PREFIX_RESERVE, or the exact header size when the trace
+ * count is known (then a v0.4 payload finishes without moving its body). */
+int payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity,
+                 Py_ssize_t reserve);
 void payload_free(PayloadBuilder *payload);
 
 /* Exact size of the finished payload. */

@@ -58,9 +58,9 @@ v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
 {
     if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN)) {
         if (w->cache != NULL) {
-            const StrCacheSlot *slot = strcache_lookup(w->cache, value);
-            if (slot != NULL) {
-                return outbuf_write(w->out, strcache_bytes(w->cache, slot), slot->size);
+            int cached = strcache_write(w->cache, value, w->out);
+            if (cached != 0) {
+                return cached < 0 ? -1 : 0;
             }
         }
         return v04_write_str_uncached(w, value, field, key);
@@ -83,38 +83,6 @@ v04_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
         return -1;
     }
     return v04_write_text(w, value, "meta", key, 0);
-}
-
-/* A metric value: int in [-2**63, 2**64) (bool counts as int, as in the
- * reference tracer) or float, always float64. */
-static int
-write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
-{
-    if (PyFloat_Check(value)) {
-        return mp_write_double(w->out, PyFloat_AS_DOUBLE(value));
-    }
-    if (!PyLong_Check(value)) {
-        return span_error(w, PyExc_TypeError, "metrics", key,
-                          "values must be int or float, "
-                          "not %.200s",
-                          Py_TYPE(value)->tp_name);
-    }
-    int overflow;
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow == 0) {
-        if (number == -1 && PyErr_Occurred()) {
-            return -1;
-        }
-        return mp_write_int(w->out, (int64_t)number);
-    }
-    if (overflow > 0) {
-        unsigned long long unsigned_number = PyLong_AsUnsignedLongLong(value);
-        if (!(unsigned_number == (unsigned long long)-1 && PyErr_Occurred())) {
-            return mp_write_uint(w->out, (uint64_t)unsigned_number);
-        }
-        PyErr_Clear();
-    }
-    return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits", value);
 }
 
 static int

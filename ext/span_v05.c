@@ -88,29 +88,7 @@ v05_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (v05_write_text(w, key, "metrics", key) < 0) {
         return -1;
     }
-    if (PyFloat_Check(value)) {
-        return mp_write_double(w->out, PyFloat_AS_DOUBLE(value));
-    }
-    if (!PyLong_Check(value)) {
-        return span_error(w, PyExc_TypeError, "metrics", key,
-                          "values must be int or float, not %.200s", Py_TYPE(value)->tp_name);
-    }
-    int overflow;
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow == 0) {
-        if (number == -1 && PyErr_Occurred()) {
-            return -1;
-        }
-        return mp_write_int(w->out, (int64_t)number);
-    }
-    if (overflow > 0) {
-        unsigned long long unsigned_number = PyLong_AsUnsignedLongLong(value);
-        if (!(unsigned_number == (unsigned long long)-1 && PyErr_Occurred())) {
-            return mp_write_uint(w->out, (uint64_t)unsigned_number);
-        }
-        PyErr_Clear();
-    }
-    return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits", value);
+    return write_metric_value(w, key, value);
 }
 
 /* start and duration: ints clamped to [0, 2**63 - 1]; None is 0. */

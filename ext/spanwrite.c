@@ -2,6 +2,8 @@
  * values, and the hand-off of links and events to spanpack._extras. */
 #include "spanwrite.h"
 
+#include "pyint.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -221,16 +223,10 @@ span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
         return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
                           Py_TYPE(value)->tp_name);
     }
-    unsigned long long result = PyLong_AsUnsignedLongLong(value);
-    if (result == (unsigned long long)-1 && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            return -1;
-        }
-        PyErr_Clear();
+    if (pyint_as_u64(value, out) != 0) {
         return span_error(w, PyExc_ValueError, field, NULL,
                           "%R is outside the unsigned 64-bit range", value);
     }
-    *out = (uint64_t)result;
     return 0;
 }
 
@@ -241,17 +237,34 @@ span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
         return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
                           Py_TYPE(value)->tp_name);
     }
-    int overflow;
-    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow != 0) {
+    if (pyint_as_i64(value, out) != 0) {
         return span_error(w, PyExc_ValueError, field, NULL, "%R is outside the signed 64-bit range",
                           value);
     }
-    if (result == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    *out = (int64_t)result;
     return 0;
+}
+
+int
+write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (PyFloat_Check(value)) {
+        return mp_write_double(w->out, PyFloat_AS_DOUBLE(value));
+    }
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, "metrics", key,
+                          "values must be int or float, not %.200s", Py_TYPE(value)->tp_name);
+    }
+    uint64_t magnitude;
+    int negative;
+    if (pyint_magnitude64(value, &magnitude, &negative) != 0 ||
+        (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
+        return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits",
+                          value);
+    }
+    if (negative) {
+        return mp_write_int(w->out, (int64_t)((uint64_t)0 - magnitude));
+    }
+    return mp_write_uint(w->out, magnitude);
 }
 
 /* ---------------------------------------------------------------------------
@@ -267,16 +280,12 @@ read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
         return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
                           Py_TYPE(value)->tp_name);
     }
-    unsigned long long low = PyLong_AsUnsignedLongLong(value);
-    if (!(low == (unsigned long long)-1 && PyErr_Occurred())) {
+    uint64_t low;
+    if (pyint_as_u64(value, &low) == 0) {
         info->trace_id_low = low;
         info->trace_id_high = 0;
         return 0;
     }
-    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        return -1;
-    }
-    PyErr_Clear();
     /* Beyond 64 bits (or negative): split a 128-bit id into its halves. */
     PyObject *shift = PyLong_FromLong(64);
     PyObject *high = shift ? PyNumber_Rshift(value, shift) : NULL;

@@ -101,6 +101,10 @@ is_text(PyObject *value)
 int span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out);
 int span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out);
 
+/* A metric value: int in [-2**63, 2**64) (bool counts as int, as in the
+ * reference tracer) as the smallest int, or float as float64. */
+int write_metric_value(SpanWriter *w, PyObject *key, PyObject *value);
+
 /* The trace-level values of a non-empty trace. */
 int trace_info_read(SpanWriter *w, PyObject *first_span, TraceInfo *info);
 void trace_info_release(TraceInfo *info);

@@ -13,6 +13,7 @@
 
 #define DEFAULT_MAX_SIZE (20 * 1024 * 1024)
 #define RETAINED_BUFFER (64 * 1024)
+#define MAX_SIZE_HINT (32 * 1024 * 1024)
 
 typedef struct {
     PyObject_HEAD
@@ -38,6 +39,8 @@ typedef struct {
     /* Encodes under way (span code may call back into the encoder); while
      * any runs, __init__ must not swap the reader, cache or version. */
     int active_encodes;
+    /* Capacity to start a one-shot payload with: the last one's size. */
+    Py_ssize_t size_hint;
 } TraceEncoderObject;
 
 typedef struct {
@@ -152,7 +155,7 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->max_item_size = DEFAULT_MAX_SIZE;
     self->sealed = PyList_New(0);
     if (self->sealed == NULL || spanfields_init(&self->reader, Py_None) < 0 ||
-        payload_init(&self->current, state, 4, 4096) < 0 ||
+        payload_init(&self->current, state, 4, 4096, PAYLOAD_PREFIX_RESERVE) < 0 ||
         part_init(&self->scratch, state, 4) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -209,7 +212,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     }
     PayloadBuilder current;
     EncodedPart scratch;
-    if (payload_init(&current, self->state, version_number, 4096) < 0) {
+    if (payload_init(&current, self->state, version_number, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
         spanfields_clear(&reader);
         return -1;
     }
@@ -301,7 +304,11 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     PayloadBuilder payload;
     Py_ssize_t dropped = 0;
     PyObject *result = NULL;
-    if (payload_init(&payload, self->state, self->version, 16 * 1024) < 0) {
+    /* Start at the size of this encoder's previous payload: similar calls
+     * then never grow the buffer. */
+    Py_ssize_t capacity = self->size_hint > 16 * 1024 ? self->size_hint : 16 * 1024;
+    if (payload_init(&payload, self->state, self->version, capacity, array_header_size(count)) <
+        0) {
         Py_DECREF(items);
         return NULL;
     }
@@ -318,6 +325,8 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     result = payload_finish(&payload);
     if (result != NULL) {
         self->dropped_tags += dropped;
+        Py_ssize_t size = PyBytes_GET_SIZE(result);
+        self->size_hint = size < MAX_SIZE_HINT ? size + size / 16 : MAX_SIZE_HINT;
     }
 error:
     payload_free(&payload);
@@ -378,7 +387,7 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
         total += outbuf_len(&((EncodedTraceObject *)item)->part.body);
     }
     PayloadBuilder payload;
-    if (payload_init(&payload, self->state, self->version, total + 64) < 0) {
+    if (payload_init(&payload, self->state, self->version, total + 64, array_header_size(count)) < 0) {
         Py_DECREF(items);
         return NULL;
     }
@@ -448,7 +457,7 @@ static int
 seal_current_and_start_new(TraceEncoderObject *self)
 {
     PayloadBuilder fresh;
-    if (payload_init(&fresh, self->state, self->version, 4096) < 0) {
+    if (payload_init(&fresh, self->state, self->version, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
         return -1;
     }
     return seal_current(self, &fresh);
@@ -474,7 +483,7 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
     PayloadBuilder next;
     if (split) {
         payload_rollback(&self->current, mark);
-        if (payload_init(&next, self->state, self->version, 4096) < 0) {
+        if (payload_init(&next, self->state, self->version, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
             return NULL;
         }
         if (payload_append(&next, part) < 0) {

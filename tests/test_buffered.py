@@ -848,7 +848,9 @@ def test_memory_released_after_encode(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_failed_puts_do_not_leak(version):
     kinds = ["type_error", "value_error", "runtime_error", "trace_mutated"]
-    e = enc(version, max_item_size=2000)
+    # Without the v0.4 string cache, which by design keeps up to
+    # STRCACHE_SLOTS strings alive (bounded; see test_string_cache_is_bounded).
+    e = enc(version, max_item_size=2000, intern=False)
     big = _failing_trace("item_too_large", 0)
     failing = {kind: _failing_trace(kind, 0) for kind in kinds}
 
@@ -875,3 +877,13 @@ def test_failed_puts_do_not_leak(version):
         tracemalloc.stop()
     assert after - before < 100_000, (before, after)
     assert e.encode() == [] and e.size == EMPTY_SIZE[version]
+
+
+def test_string_cache_is_bounded():
+    """The v0.4 cache keeps at most 4,096 strings, however many it sees."""
+    e = enc("v0.4")
+    for round_ in range(3):
+        trace = [make_span(1, i + 1, service="svc-%d-%d" % (round_, i)) for i in range(6000)]
+        e.encode_traces([trace, trace])  # each string twice: admitted
+    stats = e._intern_stats()
+    assert 0 < stats["entries"] <= 4096, stats

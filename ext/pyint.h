@@ -1,0 +1,95 @@
+/* Reading Python ints as 64-bit values quickly.
+ *
+ * Span ids are random 64-bit numbers, half of them above 2**63, where the C
+ * API's unsigned conversion goes through a slow generic byte-array routine.
+ * For exact ints we read the digits directly (the layout differs from 3.12
+ * on); subclasses go through the C API. */
+#ifndef SPANPACK_PYINT_H
+#define SPANPACK_PYINT_H
+
+#include <stdint.h>
+
+#include "compat.h"
+
+/* The sign and magnitude of `value` (an int).  Returns 0, or 1 when the
+ * magnitude needs more than 64 bits.  Never sets an exception. */
+static inline int
+pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
+{
+    if (!PyLong_CheckExact(value)) {
+        int overflow;
+        long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow == 0 && !(small == -1 && PyErr_Occurred())) {
+            *negative = small < 0;
+            *magnitude = small < 0 ? (uint64_t)0 - (uint64_t)small : (uint64_t)small;
+            return 0;
+        }
+        PyErr_Clear();
+        if (overflow > 0) {
+            unsigned long long large = PyLong_AsUnsignedLongLong(value);
+            if (!(large == (unsigned long long)-1 && PyErr_Occurred())) {
+                *negative = 0;
+                *magnitude = large;
+                return 0;
+            }
+            PyErr_Clear();
+        }
+        return 1;
+    }
+    const PyLongObject *number = (const PyLongObject *)value;
+#if PY_VERSION_HEX >= 0x030C0000
+    uintptr_t tag = number->long_value.lv_tag;
+    Py_ssize_t digit_count = (Py_ssize_t)(tag >> 3); /* _PyLong_NON_SIZE_BITS */
+    *negative = (tag & 3) == 2;                      /* _PyLong_SIGN_MASK: 2 is negative */
+    const digit *digits = number->long_value.ob_digit;
+#else
+    Py_ssize_t digit_count = Py_SIZE(value);
+    *negative = digit_count < 0;
+    if (digit_count < 0) {
+        digit_count = -digit_count;
+    }
+    const digit *digits = number->ob_digit;
+#endif
+    uint64_t result = 0;
+    for (Py_ssize_t i = digit_count - 1; i >= 0; i--) {
+        if (result >> (64 - PyLong_SHIFT)) {
+            return 1;
+        }
+        result = (result << PyLong_SHIFT) | digits[i];
+    }
+    *magnitude = result;
+    return 0;
+}
+
+/* `value` as an unsigned 64-bit int: 0, or 1 when negative or too large. */
+static inline int
+pyint_as_u64(PyObject *value, uint64_t *out)
+{
+    int negative;
+    return pyint_magnitude64(value, out, &negative) != 0 || (negative && *out != 0);
+}
+
+/* `value` as a signed 64-bit int: 0, or 1 when out of range. */
+static inline int
+pyint_as_i64(PyObject *value, int64_t *out)
+{
+    uint64_t magnitude;
+    int negative;
+    if (pyint_magnitude64(value, &magnitude, &negative) != 0) {
+        return 1;
+    }
+    if (negative) {
+        if (magnitude > (uint64_t)INT64_MAX + 1) {
+            return 1;
+        }
+        *out = magnitude == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)magnitude;
+        return 0;
+    }
+    if (magnitude > (uint64_t)INT64_MAX) {
+        return 1;
+    }
+    *out = (int64_t)magnitude;
+    return 0;
+}
+
+#endif /* SPANPACK_PYINT_H */
