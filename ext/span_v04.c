@@ -230,16 +230,7 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 
     uint64_t span_id, parent_id = 0;
     int64_t start, duration = 0;
-    if (v.value[SF_SPAN_ID] == NULL) {
-        span_error(w, PyExc_TypeError, "span_id", NULL, "missing");
-        goto error;
-    }
-    if (v.value[SF_NAME] == NULL) {
-        span_error(w, PyExc_TypeError, "name", NULL, "missing");
-        goto error;
-    }
-    if (v.value[SF_START] == NULL) {
-        span_error(w, PyExc_TypeError, "start_ns", NULL, "missing");
+    if (check_required_fields(w, &v) < 0) {
         goto error;
     }
     int has_parent = parent != NULL && parent != Py_None;

@@ -138,16 +138,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int64_t start, duration;
     long error_value = 0;
 
-    if (v.value[SF_SPAN_ID] == NULL) {
-        span_error(w, PyExc_TypeError, "span_id", NULL, "missing");
-        goto error;
-    }
-    if (v.value[SF_NAME] == NULL) {
-        span_error(w, PyExc_TypeError, "name", NULL, "missing");
-        goto error;
-    }
-    if (v.value[SF_START] == NULL) {
-        span_error(w, PyExc_TypeError, "start_ns", NULL, "missing");
+    if (check_required_fields(w, &v) < 0) {
         goto error;
     }
     if (span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||

@@ -98,6 +98,8 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
         }
         reader->attribute[i] = Py_NewRef(reader->dict_key[i]);
     }
+    reader->required[SF_TRACE_ID] = reader->required[SF_SPAN_ID] = 1;
+    reader->required[SF_NAME] = reader->required[SF_START] = 1;
     if (fields == NULL || fields == Py_None) {
         return 0;
     }
@@ -122,6 +124,9 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
             }
             Py_SETREF(reader->attribute[i], attribute);
         }
+        /* Every ddtrace Span has these; their absence means a span ddtrace
+         * keeps natively (ddtrace >= 4.3), whose tags would silently vanish. */
+        reader->required[SF_META] = reader->required[SF_METRICS] = 1;
         return 0;
     }
     if (!PyDict_Check(fields)) {

@@ -47,6 +47,8 @@ typedef struct {
     PyObject *attribute[SF_COUNT];
     /* Key used for each field in dict spans (the protocol names). */
     PyObject *dict_key[SF_COUNT];
+    /* Fields a span must have; the others may be absent. */
+    char required[SF_COUNT];
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
     int next_layout; /* round-robin replacement */
 } SpanFieldReader;

@@ -657,3 +657,16 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     trace_info_release(&info);
     return result;
 }
+
+int
+check_required_fields(SpanWriter *w, const SpanValues *values)
+{
+    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+        if (w->reader->required[i] && values->value[i] == NULL) {
+            PyObject *attribute = w->reader->attribute[i];
+            return span_error(w, PyExc_TypeError, span_field_names[i], NULL,
+                              "missing (no attribute or key %R)", attribute);
+        }
+    }
+    return 0;
+}

@@ -152,6 +152,9 @@ typedef int (*EntryWriter)(SpanWriter *w, PyObject *key, PyObject *value);
 int write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
                        Py_ssize_t *written);
 
+/* TypeError naming the first required field the span lacks. */
+int check_required_fields(SpanWriter *w, const SpanValues *values);
+
 /* A dict-valued field: NULL/None is an empty dict; anything else but a dict
  * is a TypeError naming the field. */
 int check_dict_field(SpanWriter *w, PyObject *value, const char *field);

@@ -6,6 +6,8 @@ attributes); classes that change between calls; v0.4 string interning."""
 from __future__ import annotations
 
 import collections
+
+import msgpack
 import types
 
 import pytest
@@ -519,3 +521,24 @@ def test_join_encoded_rejects_foreign_items():
         v04.join_encoded([part, b"\x91"])
     with pytest.raises(TypeError):
         spanpack.EncodedTrace()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_ddtrace_fields_require_meta_and_metrics(version):
+    """fields="ddtrace" on an object without _meta/_metrics (such as the
+    native spans of ddtrace >= 4.3) raises instead of dropping every tag."""
+
+    class NativeLike:
+        trace_id, span_id, parent_id = 1, 2, None
+        service, name, resource, span_type = "s", "n", "r", None
+        start_ns, duration_ns, error = 1, 2, 0
+        context = None
+
+    encoder = spanpack.TraceMsgPackEncoder(version, fields="ddtrace")
+    with pytest.raises(TypeError, match=r"^trace 0, span 0, meta: missing \(no attribute or key '_meta'\)"):
+        encoder.encode_traces([[NativeLike()]])
+    with_tags = NativeLike()
+    with_tags._meta, with_tags._metrics = {"k": "v"}, {"m": 1}
+    decoded = msgpack.unpackb(encoder.encode_traces([[with_tags]]), strict_map_key=False)
+    assert decoded  # and the default protocol still treats meta/metrics as optional
+    spanpack.TraceMsgPackEncoder(version).encode_traces([[{"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 1}]])
