@@ -254,6 +254,12 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
     }
     PyTypeObject *previous = layout->type;
     memcpy(layout->offset, offsets, sizeof offsets);
+    layout->getattr_fields = 0;
+    for (int i = 0; i < SF_COUNT; i++) {
+        if (offsets[i] == 0) {
+            layout->getattr_fields |= 1u << i;
+        }
+    }
     layout->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     layout->version_tag = type->tp_version_tag;
     Py_XDECREF(previous);
@@ -311,16 +317,18 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
     /* Slots first, with no Python code in between (the layout cache may be
      * changed by another thread as soon as Python code runs), then getattr. */
     SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
-    int needs_getattr[SF_COUNT];
     for (int i = (int)first; i <= (int)last; i++) {
         Py_ssize_t offset = layout->offset[i];
-        needs_getattr[i] = offset == 0;
         if (offset != 0) {
             values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + offset));
         }
     }
-    for (int i = (int)first; i <= (int)last; i++) {
-        if (needs_getattr[i] && get_attribute(span, reader->attribute[i], &values->value[i]) < 0) {
+    uint32_t in_range = ((2u << last) - 1) & ~((1u << first) - 1);
+    uint32_t pending = layout->getattr_fields & in_range;
+    while (pending != 0) {
+        int i = __builtin_ctz(pending);
+        pending &= pending - 1;
+        if (get_attribute(span, reader->attribute[i], &values->value[i]) < 0) {
             values->failed = i;
             goto error;
         }

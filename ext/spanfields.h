@@ -39,6 +39,7 @@ typedef struct {
     unsigned int version_tag;
     /* Byte offset of the field's slot in instances, or 0: use getattr. */
     Py_ssize_t offset[SF_COUNT];
+    uint32_t getattr_fields; /* bit i set: field i is read with getattr */
 } SpanTypeLayout;
 
 typedef struct {
