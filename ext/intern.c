@@ -55,7 +55,7 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
     PyObject *evicted = slot->key;
     slot->key = Py_NewRef(key);
     slot->size = (uint32_t)size;
-    memcpy(slot->bytes, encoded, (size_t)size);
+    copy_bytes(slot->bytes, encoded, size);
     if (evicted != NULL) {
         Py_DECREF(evicted);
     }

@@ -106,7 +106,7 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
     Py_ssize_t extras = add_trace_id_high + (info->origin != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
     if (WRITE_KEY(w, "\xa4meta") < 0 || map_begin(w, meta_size + extras, &header_pos) < 0 ||
-        write_dict_entries(w, meta, "meta", v04_write_meta_entry, &written) < 0) {
+        write_dict_entries(w, meta, "meta", v04_write_meta_entry, 0, &written) < 0) {
         return -1;
     }
     if (add_trace_id_high) {
@@ -147,7 +147,7 @@ v04_write_metrics(SpanWriter *w, PyObject *metrics)
     Py_ssize_t header_pos, written;
     if (WRITE_KEY(w, "\xa7metrics") < 0 ||
         map_begin(w, PyDict_GET_SIZE(metrics), &header_pos) < 0 ||
-        write_dict_entries(w, metrics, "metrics", v04_write_metric_entry, &written) < 0) {
+        write_dict_entries(w, metrics, "metrics", v04_write_metric_entry, 0, &written) < 0) {
         return -1;
     }
     return map_end(w, header_pos, written);
@@ -185,7 +185,8 @@ v04_write_meta_struct(SpanWriter *w, PyObject *meta_struct)
     Py_ssize_t header_pos, written;
     if (WRITE_KEY(w, "\xabmeta_struct") < 0 ||
         map_begin(w, PyDict_GET_SIZE(meta_struct), &header_pos) < 0 ||
-        write_dict_entries(w, meta_struct, "meta_struct", v04_write_meta_struct_entry, &written) <
+        write_dict_entries(w, meta_struct, "meta_struct", v04_write_meta_struct_entry, 1,
+                           &written) <
             0) {
         return -1;
     }

@@ -197,7 +197,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         add_trace_id_high + has_origin + (links_text != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
     if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
-        write_dict_entries(w, meta, "meta", v05_write_meta_entry, &written) < 0) {
+        write_dict_entries(w, meta, "meta", v05_write_meta_entry, 0, &written) < 0) {
         goto error;
     }
     if (add_trace_id_high) {
@@ -229,7 +229,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 
     Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
     if (map_begin(w, metrics_size, &header_pos) < 0 ||
-        write_dict_entries(w, metrics, "metrics", v05_write_metric_entry, &written) < 0 ||
+        write_dict_entries(w, metrics, "metrics", v05_write_metric_entry, 0, &written) < 0 ||
         map_end(w, header_pos, written) < 0) {
         goto error;
     }

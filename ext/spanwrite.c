@@ -565,7 +565,7 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
 
 int
 write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
-                   Py_ssize_t *written)
+                   int runs_python, Py_ssize_t *written)
 {
     *written = 0;
     if (dict == NULL || dict == Py_None) {
@@ -575,6 +575,19 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
         return write_dict_entries_lenient(w, dict, field, write_entry, written);
     }
     Py_ssize_t expected = PyDict_GET_SIZE(dict);
+    if (!runs_python) {
+        /* No Python code runs until an error ends the loop: the dict and
+         * its entries cannot change under us. */
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(dict, &pos, &key, &value)) {
+            if (write_entry(w, key, value) < 0) {
+                return -1;
+            }
+        }
+        *written = expected;
+        return 0;
+    }
     Py_ssize_t pos = 0, seen = 0;
     PyObject *key, *value;
     while (PyDict_Next(dict, &pos, &key, &value)) {

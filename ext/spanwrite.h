@@ -147,10 +147,13 @@ int map_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count);
 
 /* Write every (key, value) of `dict` with write_entry.  In lenient mode an
  * entry whose key or value is bad data (TypeError, ValueError, OverflowError)
- * is rolled back and counted in w->dropped_tags.  *written: entries kept. */
+ * is rolled back and counted in w->dropped_tags.  *written: entries kept.
+ * `runs_python`: write_entry may run Python code (which could change the
+ * dict), so entries are held and the dict re-checked after each; when 0
+ * (text and numbers only) the plain loop suffices. */
 typedef int (*EntryWriter)(SpanWriter *w, PyObject *key, PyObject *value);
 int write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
-                       Py_ssize_t *written);
+                       int runs_python, Py_ssize_t *written);
 
 /* TypeError naming the first required field the span lacks. */
 int check_required_fields(SpanWriter *w, const SpanValues *values);
