@@ -445,12 +445,12 @@ def test_total_refcount_is_flat(entry_point):
     calls = max(1, min(SPANS, 20_000) // (CHUNKS * spans_per_call))
     for _ in range(WARMUP_CHUNKS):
         run(calls)
-    totals = []
-    for _ in range(CHUNKS):
+    totals = [0] * CHUNKS  # preallocated: list.append would add a reference per sample
+    for index in range(CHUNKS):
         run(calls)
         reset_encoders()
         gc.collect()
-        totals.append(sys.gettotalrefcount())
+        totals[index] = sys.gettotalrefcount()
     growth = totals[-1] - totals[CHUNKS // 2]
     # A leak of one reference per call would add calls * CHUNKS / 2 here.
     assert growth < max(50, calls * CHUNKS // 20), f"{entry_point}: total refcount {totals}"
