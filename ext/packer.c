@@ -1027,8 +1027,8 @@ packer_getbuffer_slot(PackerObject *self, Py_buffer *view, int flags)
         result = -1;
     }
     else {
-        result = PyBuffer_FillInfo(view, (PyObject *)self, self->buf.start,
-                                   outbuf_len(&self->buf), 1, flags);
+        result = PyBuffer_FillInfo(view, (PyObject *)self, self->buf.start, outbuf_len(&self->buf),
+                                   1, flags);
     }
     if (result == 0) {
         self->exports++;

@@ -26,9 +26,9 @@ void part_free(EncodedPart *part);
 
 typedef struct {
     int version;
-    OutBuf body;       /* bytes-backed; `reserve` bytes, then the traces */
+    OutBuf body;        /* bytes-backed; `reserve` bytes, then the traces */
     Py_ssize_t reserve; /* room left in front for the headers */
-    StringTable table; /* v0.5: the payload's string table */
+    StringTable table;  /* v0.5: the payload's string table */
     Py_ssize_t trace_count;
 } PayloadBuilder;
 

@@ -186,8 +186,7 @@ v04_write_meta_struct(SpanWriter *w, PyObject *meta_struct)
     if (WRITE_KEY(w, "\xabmeta_struct") < 0 ||
         map_begin(w, PyDict_GET_SIZE(meta_struct), &header_pos) < 0 ||
         write_dict_entries(w, meta_struct, "meta_struct", v04_write_meta_struct_entry, 1,
-                           &written) <
-            0) {
+                           &written) < 0) {
         return -1;
     }
     return map_end(w, header_pos, written);

@@ -211,8 +211,8 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
             goto error;
         }
     }
-    if (has_origin &&
-        (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 || v05_write_index(w, info->origin_index) < 0)) {
+    if (has_origin && (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 ||
+                       v05_write_index(w, info->origin_index) < 0)) {
         goto error;
     }
     if (links_text != NULL &&

@@ -258,8 +258,7 @@ write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
     int negative;
     if (pyint_magnitude64(value, &magnitude, &negative) != 0 ||
         (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
-        return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits",
-                          value);
+        return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits", value);
     }
     if (negative) {
         return mp_write_int(w->out, (int64_t)((uint64_t)0 - magnitude));

@@ -387,7 +387,8 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
         total += outbuf_len(&((EncodedTraceObject *)item)->part.body);
     }
     PayloadBuilder payload;
-    if (payload_init(&payload, self->state, self->version, total + 64, array_header_size(count)) < 0) {
+    if (payload_init(&payload, self->state, self->version, total + 64, array_header_size(count)) <
+        0) {
         Py_DECREF(items);
         return NULL;
     }
