@@ -44,7 +44,9 @@ PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
 #define SP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define SP_NOINLINE __attribute__((noinline))
+#define SP_PREFETCH(address) __builtin_prefetch(address)
 #else
+#define SP_PREFETCH(address) ((void)(address))
 #define SP_LIKELY(x) (x)
 #define SP_UNLIKELY(x) (x)
 #define SP_NOINLINE

@@ -359,3 +359,20 @@ spanvalues_release(SpanValues *values)
         Py_CLEAR(values->value[i]);
     }
 }
+
+void
+spanfields_prefetch(const SpanFieldReader *reader, PyObject *span)
+{
+    PyTypeObject *type = Py_TYPE(span);
+    for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
+        const SpanTypeLayout *layout = &reader->layouts[i];
+        if (layout->type == type) {
+            for (int field = SF_SPAN_ID; field <= SF_EVENTS; field++) {
+                if (layout->offset[field] != 0) {
+                    SP_PREFETCH(*(PyObject **)((char *)span + layout->offset[field]));
+                }
+            }
+            return;
+        }
+    }
+}

@@ -71,6 +71,11 @@ int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, Sp
                     SpanValues *values);
 void spanvalues_release(SpanValues *values);
 
+/* Ask the CPU to start loading what reading `span` will touch: the objects in
+ * its slots (when its class layout is already known).  A hint only: no
+ * references taken, no Python code, no errors. */
+void spanfields_prefetch(const SpanFieldReader *reader, PyObject *span);
+
 /* One field of `span` (a new reference in *value, NULL when absent). */
 int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, PyObject **value);
 

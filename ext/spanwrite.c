@@ -662,6 +662,14 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
             break;
         }
         w->span_index = i;
+        /* Large traces outgrow the CPU caches: start loading the spans
+         * ahead (the next one's field values, the one after that itself). */
+        if (i + 2 < count) {
+            SP_PREFETCH(PySequence_Fast_GET_ITEM(trace, i + 2));
+        }
+        if (i + 1 < count) {
+            spanfields_prefetch(w->reader, PySequence_Fast_GET_ITEM(trace, i + 1));
+        }
         PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
         result = write_span(w, span, &info);
         Py_DECREF(span);
