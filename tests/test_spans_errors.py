@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 import spanpack
 
 try:
-    from .spans_strategies import logical_traces, to_form
+    from .spans_strategies import good_span, logical_traces, to_form
 except ImportError:
-    from spans_strategies import logical_traces, to_form
+    from spans_strategies import good_span, logical_traces, to_form
 
 VERSIONS = ("v0.4", "v0.5")
 PATHS = ("encode_traces", "put", "encode_trace")
@@ -30,25 +30,11 @@ NO_KEY = object()  # the error is not about one tag (key None is a tag key)
 
 
 def span(**overrides):
-    values = {
-        "trace_id": 1,
-        "span_id": 2,
-        "parent_id": None,
-        "service": "s",
-        "name": "n",
-        "resource": "r",
-        "span_type": None,
-        "start_ns": 5,
-        "duration_ns": 7,
-        "error": 0,
-        "meta": {},
-        "metrics": {},
-    }
+    """The basic test span with overrides; MISSING removes a field."""
+    values = good_span(**{key: value for key, value in overrides.items() if value is not MISSING})
     for key, value in overrides.items():
         if value is MISSING:
             values.pop(key, None)
-        else:
-            values[key] = value
     return values
 
 

@@ -25,6 +25,7 @@ try:
         describe_difference,
         logical_traces,
         spanpack_paths,
+        good_span,
         to_form,
         unpack,
     )
@@ -37,6 +38,7 @@ except ImportError:
         describe_difference,
         logical_traces,
         spanpack_paths,
+        good_span,
         to_form,
         unpack,
     )
@@ -61,23 +63,7 @@ def encode(version, traces, fields=None, **options):
     return spanpack.TraceMsgPackEncoder(version, fields, **options).encode_traces(traces)
 
 
-def dict_span(**overrides):
-    span = {
-        "trace_id": 1,
-        "span_id": 2,
-        "parent_id": None,
-        "service": "s",
-        "name": "n",
-        "resource": "r",
-        "span_type": None,
-        "start_ns": 5,
-        "duration_ns": 7,
-        "error": 0,
-        "meta": {},
-        "metrics": {},
-    }
-    span.update(overrides)
-    return span
+dict_span = good_span
 
 
 # ---------------------------------------------------------------------------
