@@ -107,6 +107,35 @@ strtable_insert_slot(StringTable *table, uint32_t index)
     table->index_of[i] = index + 1;
 }
 
+/* Remove entry `index` from the hash index: linear-probing deletion, moving
+ * later members of its cluster back so every lookup still finds them. */
+static void
+strtable_unlink(StringTable *table, uint32_t index)
+{
+    size_t hole = (size_t)table->hashes[index] & table->mask;
+    while (table->index_of[hole] != index + 1) {
+        hole = (hole + 1) & table->mask;
+    }
+    table->index_of[hole] = 0;
+    size_t next = hole;
+    for (;;) {
+        next = (next + 1) & table->mask;
+        uint32_t entry = table->index_of[next];
+        if (entry == 0) {
+            return;
+        }
+        size_t home = (size_t)table->hashes[entry - 1] & table->mask;
+        /* Move it into the hole unless its home lies cyclically in (hole, next]. */
+        int home_after_hole =
+            hole <= next ? (home > hole && home <= next) : (home > hole || home <= next);
+        if (!home_after_hole) {
+            table->index_of[hole] = entry;
+            table->index_of[next] = 0;
+            hole = next;
+        }
+    }
+}
+
 /* Rebuild the hash index from the entries (after growth or rollback). */
 static void
 strtable_rehash(StringTable *table)
@@ -192,12 +221,23 @@ strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len)
     if (count >= table->count) {
         return;
     }
-    for (uint32_t i = count; i < table->count; i++) {
-        Py_DECREF(table->strings[i]);
-    }
+    uint32_t old_count = table->count;
     table->count = count;
     outbuf_truncate(&table->encoded, encoded_len);
-    strtable_rehash(table);
+    if (old_count - count > count) {
+        /* Most of the table goes: rebuilding the index is cheaper. */
+        strtable_rehash(table);
+    }
+    else {
+        /* A few recent entries go (a failed trace): unlink just those, so a
+         * rejected trace costs its own size, not the table's. */
+        for (uint32_t index = count; index < old_count; index++) {
+            strtable_unlink(table, index);
+        }
+    }
+    for (uint32_t i = count; i < old_count; i++) {
+        Py_DECREF(table->strings[i]);
+    }
 }
 
 void

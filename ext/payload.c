@@ -73,6 +73,33 @@ part_reset(EncodedPart *part)
 }
 
 void
+part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
+{
+    int big_table = part->strings.strings != NULL && part->strings.capacity > 4096;
+    if (outbuf_capacity(&part->body) <= keep && !big_table &&
+        part->holes.capacity <= keep / (Py_ssize_t)sizeof(StringHole)) {
+        return;
+    }
+    part_reset(part);
+    outbuf_shrink_capacity(&part->body, keep);
+    holes_free(&part->holes);
+    if (big_table) {
+        /* A fresh seeded table; if even that cannot be had, keep the old. */
+        StringTable small;
+        if (strtable_init(&small, 1) == 0 && seed_table(&small, state, NULL) == 0) {
+            strtable_free(&part->strings);
+            part->strings = small;
+        }
+        else {
+            if (small.strings != NULL) {
+                strtable_free(&small);
+            }
+            PyErr_Clear();
+        }
+    }
+}
+
+void
 part_free(EncodedPart *part)
 {
     if (part->body.start != NULL) {

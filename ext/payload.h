@@ -17,6 +17,8 @@ typedef struct {
 
 int part_init(EncodedPart *part, SpanpackState *state, int version);
 void part_reset(EncodedPart *part);
+/* After a huge trace: give back the memory of a part kept for reuse. */
+void part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep);
 void part_free(EncodedPart *part);
 
 /* Bytes reserved in front of a payload body for its headers when the trace

@@ -16,7 +16,9 @@
 static inline int
 pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
 {
-    if (!PyLong_CheckExact(value)) {
+    /* The digit layout is read only where it is known (through 3.13); later
+     * versions, like int subclasses, go through the C API. */
+    if (!PyLong_CheckExact(value) || PY_VERSION_HEX >= 0x030E0000) {
         int overflow;
         long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
         if (overflow == 0 && !(small == -1 && PyErr_Occurred())) {
@@ -36,6 +38,7 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
         }
         return 1;
     }
+#if PY_VERSION_HEX < 0x030E0000
     const PyLongObject *number = (const PyLongObject *)value;
 #if PY_VERSION_HEX >= 0x030C0000
     uintptr_t tag = number->long_value.lv_tag;
@@ -59,6 +62,9 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
     }
     *magnitude = result;
     return 0;
+#else
+    return 1; /* unreachable */
+#endif
 }
 
 /* `value` as an unsigned 64-bit int: 0, or 1 when negative or too large. */

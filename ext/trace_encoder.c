@@ -222,7 +222,10 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     EncodedStrCache cache = {0};
-    if (intern && version_number == 4 && strcache_init(&cache) < 0) {
+    PyObject *sealed = NULL;
+    if ((intern && version_number == 4 && strcache_init(&cache) < 0) ||
+        (sealed = PyList_New(0)) == NULL) {
+        strcache_free(&cache);
         part_free(&scratch);
         payload_free(&current);
         spanfields_clear(&reader);
@@ -237,10 +240,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     self->scratch = scratch;
     strcache_free(&self->cache);
     self->cache = cache;
-    Py_SETREF(self->sealed, PyList_New(0));
-    if (self->sealed == NULL) {
-        return -1;
-    }
+    Py_SETREF(self->sealed, sealed);
     self->sealed_size = self->sealed_traces = 0;
     self->version = version_number;
     self->lenient = lenient;
@@ -540,11 +540,8 @@ trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
         SP_END_CRITICAL_SECTION();
     }
     if (use_scratch) {
-        /* Do not keep a huge trace's buffer around. */
-        if (outbuf_capacity(&part->body) > RETAINED_BUFFER) {
-            outbuf_truncate(&part->body, 0);
-            outbuf_shrink_capacity(&part->body, RETAINED_BUFFER);
-        }
+        /* Do not keep a huge trace's buffers around. */
+        part_shrink(part, self->state, RETAINED_BUFFER);
         self->scratch_in_use = 0;
     }
     else {
