@@ -515,3 +515,27 @@ def good_span(**overrides: Any) -> Dict[str, Any]:
     }
     span.update(overrides)
     return span
+
+
+def resolved_traces(version: str, payload: bytes) -> Any:
+    """The traces of a payload with v0.5 string indexes replaced by their
+    strings, so traces from differently split payloads compare equal."""
+    data = msgpack.unpackb(payload, strict_map_key=False)
+    if version == "v0.4":
+        return data
+    table, traces = data
+    assert table[:2] == ["", "_dd.origin"]
+    assert len(set(table)) == len(table)
+    out = []
+    for trace in traces:
+        spans = []
+        for span in trace:
+            assert len(span) == 12
+            s = list(span)
+            for i in (0, 1, 2, 11):
+                s[i] = table[s[i]]
+            s[9] = {table[k]: table[v] for k, v in s[9].items()}
+            s[10] = {table[k]: v for k, v in s[10].items()}
+            spans.append(s)
+        out.append(spans)
+    return out

@@ -19,6 +19,11 @@ from hypothesis import strategies as st
 import spanpack
 from spanpack import BufferFull, BufferItemTooLarge, TraceMsgPackEncoder
 
+try:
+    from .spans_strategies import resolved_traces
+except ImportError:
+    from spans_strategies import resolved_traces
+
 VERSIONS = ["v0.4", "v0.5"]
 EMPTY_SIZE = {"v0.4": 1, "v0.5": 15}
 
@@ -80,29 +85,6 @@ def growth(version, accepted, trace):
 
 def unpack(payload):
     return msgpack.unpackb(payload, strict_map_key=False)
-
-
-def resolved_traces(version, payload):
-    """The traces of a payload with v0.5 string indexes replaced by their
-    strings, so traces from differently split payloads compare equal."""
-    data = unpack(payload)
-    if version == "v0.4":
-        return data
-    table, traces = data
-    assert table[:2] == ["", "_dd.origin"]
-    out = []
-    for trace in traces:
-        spans = []
-        for span in trace:
-            assert len(span) == 12
-            s = list(span)
-            for i in (0, 1, 2, 11):
-                s[i] = table[s[i]]
-            s[9] = {table[k]: table[v] for k, v in s[9].items()}
-            s[10] = {table[k]: v for k, v in s[10].items()}
-            spans.append(s)
-        out.append(spans)
-    return out
 
 
 def total_len(payloads):

@@ -18,6 +18,11 @@ import pytest
 
 from spanpack import BufferFull, TraceMsgPackEncoder
 
+try:
+    from .spans_strategies import resolved_traces as resolved
+except ImportError:
+    from spans_strategies import resolved_traces as resolved
+
 VERSIONS = ["v0.4", "v0.5"]
 THREADS = 16
 PUTS = 1000
@@ -79,28 +84,6 @@ for _name in (
 
 def slow_trace(t, i):
     return [SlowSpan(span_fields(t, i, s)) for s in range(1 + i % 3)]
-
-
-def resolved(version, payload):
-    data = msgpack.unpackb(payload, strict_map_key=False)
-    if version == "v0.4":
-        return data
-    table, traces = data
-    assert table[:2] == ["", "_dd.origin"]
-    assert len(set(table)) == len(table)
-    out = []
-    for trace in traces:
-        spans = []
-        for span in trace:
-            assert len(span) == 12
-            s = list(span)
-            for k in (0, 1, 2, 11):
-                s[k] = table[s[k]]
-            s[9] = {table[a]: table[b] for a, b in s[9].items()}
-            s[10] = {table[a]: b for a, b in s[10].items()}
-            spans.append(s)
-        out.append(spans)
-    return out
 
 
 def canonical(version, encoder_kwargs, trace):
