@@ -255,9 +255,13 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
     PyTypeObject *previous = layout->type;
     memcpy(layout->offset, offsets, sizeof offsets);
     layout->getattr_fields = 0;
+    layout->slot_count = 0;
     for (int i = 0; i < SF_COUNT; i++) {
         if (offsets[i] == 0) {
             layout->getattr_fields |= 1u << i;
+        }
+        else if (i >= SF_SPAN_ID && i <= SF_EVENTS) {
+            layout->slot_offsets[layout->slot_count++] = offsets[i];
         }
     }
     layout->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
@@ -367,10 +371,8 @@ spanfields_prefetch(const SpanFieldReader *reader, PyObject *span)
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         const SpanTypeLayout *layout = &reader->layouts[i];
         if (layout->type == type) {
-            for (int field = SF_SPAN_ID; field <= SF_EVENTS; field++) {
-                if (layout->offset[field] != 0) {
-                    SP_PREFETCH(*(PyObject **)((char *)span + layout->offset[field]));
-                }
+            for (int k = 0; k < layout->slot_count; k++) {
+                SP_PREFETCH(*(PyObject **)((char *)span + layout->slot_offsets[k]));
             }
             return;
         }

@@ -40,6 +40,9 @@ typedef struct {
     /* Byte offset of the field's slot in instances, or 0: use getattr. */
     Py_ssize_t offset[SF_COUNT];
     uint32_t getattr_fields; /* bit i set: field i is read with getattr */
+    /* The slot offsets of the per-span fields, packed for spanfields_prefetch. */
+    Py_ssize_t slot_offsets[SF_COUNT];
+    int slot_count;
 } SpanTypeLayout;
 
 typedef struct {
