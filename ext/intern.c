@@ -67,7 +67,6 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
 /* ---- v0.5 string table ---- */
 
 #define STRTABLE_INITIAL_CAPACITY 64
-#define STRTABLE_KEEP_CAPACITY 4096
 
 static int
 strtable_alloc(StringTable *table, uint32_t capacity)
@@ -238,16 +237,4 @@ strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len)
     for (uint32_t i = count; i < old_count; i++) {
         Py_DECREF(table->strings[i]);
     }
-}
-
-void
-strtable_reset(StringTable *table)
-{
-    strtable_rollback(table, 0, 0);
-    if (table->capacity > STRTABLE_KEEP_CAPACITY &&
-        strtable_alloc(table, STRTABLE_INITIAL_CAPACITY) < 0) {
-        /* Keeping the larger arrays is harmless; the index still fits. */
-        strtable_rehash(table);
-    }
-    outbuf_shrink_capacity(&table->encoded, 64 * 1024);
 }

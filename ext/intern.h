@@ -187,7 +187,4 @@ strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, voi
  * truncating the encoded entries to `encoded_len`. */
 void strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len);
 
-/* Empty the table (keeping its memory up to a modest size). */
-void strtable_reset(StringTable *table);
-
 #endif /* SPANPACK_INTERN_H */

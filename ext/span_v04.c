@@ -71,13 +71,11 @@ v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
 static int
 v04_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (!is_text(key)) {
-        return span_error(w, PyExc_TypeError, "meta", key, "keys must be str, not %.200s",
-                          Py_TYPE(key)->tp_name);
+    if (check_tag_key(w, "meta", key) < 0) {
+        return -1;
     }
-    if (!is_text(value)) {
-        return span_error(w, PyExc_TypeError, "meta", key,
-                          "values must be str or bytes, not %.200s", Py_TYPE(value)->tp_name);
+    if (check_meta_value(w, key, value) < 0) {
+        return -1;
     }
     if (v04_write_text(w, key, "meta", key, 0) < 0) {
         return -1;
@@ -88,9 +86,8 @@ v04_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
 static int
 v04_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (!is_text(key)) {
-        return span_error(w, PyExc_TypeError, "metrics", key, "keys must be str, not %.200s",
-                          Py_TYPE(key)->tp_name);
+    if (check_tag_key(w, "metrics", key) < 0) {
+        return -1;
     }
     if (v04_write_text(w, key, "metrics", key, 0) < 0) {
         return -1;
@@ -157,9 +154,8 @@ v04_write_metrics(SpanWriter *w, PyObject *metrics)
 static int
 v04_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (!is_text(key)) {
-        return span_error(w, PyExc_TypeError, "meta_struct", key, "keys must be str, not %.200s",
-                          Py_TYPE(key)->tp_name);
+    if (check_tag_key(w, "meta_struct", key) < 0) {
+        return -1;
     }
     if (v04_write_text(w, key, "meta_struct", key, 0) < 0) {
         return -1;

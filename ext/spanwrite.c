@@ -217,6 +217,26 @@ text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key, P
  * Integers */
 
 int
+check_tag_key(SpanWriter *w, const char *field, PyObject *key)
+{
+    if (is_text(key)) {
+        return 0;
+    }
+    return span_error(w, PyExc_TypeError, field, key, "keys must be str, not %.200s",
+                      Py_TYPE(key)->tp_name);
+}
+
+int
+check_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (is_text(value)) {
+        return 0;
+    }
+    return span_error(w, PyExc_TypeError, "meta", key, "values must be str or bytes, not %.200s",
+                      Py_TYPE(value)->tp_name);
+}
+
+int
 span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
 {
     if (!PyLong_Check(value)) {

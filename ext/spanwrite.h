@@ -97,6 +97,11 @@ is_text(PyObject *value)
     return PyUnicode_Check(value) || PyBytes_Check(value) || PyByteArray_Check(value);
 }
 
+/* TypeError unless a tag key (meta, metrics, meta_struct) is text. */
+int check_tag_key(SpanWriter *w, const char *field, PyObject *key);
+/* TypeError unless a meta value is text. */
+int check_meta_value(SpanWriter *w, PyObject *key, PyObject *value);
+
 /* Integers with range checks.  `field` names the value in errors. */
 int span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out);
 int span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out);
