@@ -53,6 +53,29 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
     }
     const digit *digits = number->ob_digit;
 #endif
+    /* Ints are normalised (no leading zero digit): 64 bits take at most
+     * ceil(64 / PyLong_SHIFT) digits, the top one partly. */
+#if PyLong_SHIFT == 30
+    switch (digit_count) {
+    case 0:
+        *magnitude = 0;
+        return 0;
+    case 1:
+        *magnitude = digits[0];
+        return 0;
+    case 2:
+        *magnitude = (uint64_t)digits[0] | ((uint64_t)digits[1] << 30);
+        return 0;
+    case 3:
+        if (digits[2] >> 4) {
+            return 1;
+        }
+        *magnitude = (uint64_t)digits[0] | ((uint64_t)digits[1] << 30) | ((uint64_t)digits[2] << 60);
+        return 0;
+    default:
+        return 1;
+    }
+#else
     uint64_t result = 0;
     for (Py_ssize_t i = digit_count - 1; i >= 0; i--) {
         if (result >> (64 - PyLong_SHIFT)) {
@@ -62,6 +85,7 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
     }
     *magnitude = result;
     return 0;
+#endif
 #else
     return 1; /* unreachable */
 #endif

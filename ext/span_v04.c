@@ -2,8 +2,14 @@
  * order, written straight from the span object. */
 #include "spanwrite.h"
 
-/* A key known at compile time, header byte included. */
-#define WRITE_KEY(w, literal) outbuf_write((w)->out, literal, (Py_ssize_t)sizeof(literal) - 1)
+/* A key known at compile time, header byte included: PUT_KEY where room is
+ * already reserved, WRITE_KEY otherwise.  The constant size lets the compiler
+ * turn the copy into a few moves. */
+#define KEY_SIZE(literal) ((Py_ssize_t)sizeof(literal) - 1)
+#define PUT_KEY(w, literal)                                                                        \
+    (memcpy((w)->out->pos, literal, (size_t)KEY_SIZE(literal)), (w)->out->pos += KEY_SIZE(literal))
+#define WRITE_KEY(w, literal)                                                                      \
+    (outbuf_reserve((w)->out, KEY_SIZE(literal)) < 0 ? -1 : (PUT_KEY(w, literal), 0))
 
 /* Everything but a short exact str: bytes, None, str subclasses, long str. */
 static SP_NOINLINE int
@@ -56,13 +62,15 @@ v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObje
 static inline int
 v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key, int allow_none)
 {
-    if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN)) {
-        if (w->cache != NULL) {
-            int cached = strcache_write(w->cache, value, w->out);
-            if (cached != 0) {
-                return cached < 0 ? -1 : 0;
-            }
+    /* The cache is probed first, by address: only exact, short str are ever
+     * stored, so a hit needs no type check and never touches the str. */
+    if (w->cache != NULL) {
+        int cached = strcache_write(w->cache, value, w->out);
+        if (cached != 0) {
+            return cached < 0 ? -1 : 0;
         }
+    }
+    if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN)) {
         return v04_write_str_uncached(w, value, field, key);
     }
     return v04_write_text_slow(w, value, field, key, allow_none);
@@ -209,6 +217,12 @@ v04_write_converted(SpanWriter *w, const char *key_literal, Py_ssize_t key_size,
     return result;
 }
 
+/* The largest fixed-size run of a span: map header, trace_id, parent_id and
+ * span_id with their keys. */
+#define V04_IDS_MAX_SIZE (1 + 9 + 9 + 10 + 9 + 8 + 9)
+/* start, duration and error with their keys. */
+#define V04_TIMES_MAX_SIZE (6 + 9 + 9 + 9 + 6 + 1)
+
 static int
 v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
@@ -222,10 +236,12 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     PyObject *parent = v.value[SF_PARENT_ID], *span_type = v.value[SF_SPAN_TYPE];
     PyObject *meta = v.value[SF_META], *metrics = v.value[SF_METRICS];
     PyObject *meta_struct = v.value[SF_META_STRUCT];
-    PyObject *duration_obj = v.value[SF_DURATION], *error_obj = v.value[SF_ERROR];
+    PyObject *duration_obj = v.value[SF_DURATION];
+    PyObject *service = v.value[SF_SERVICE], *resource = v.value[SF_RESOURCE];
 
-    uint64_t span_id, parent_id = 0;
-    int64_t start, duration = 0;
+    uint64_t span_id = 0, parent_id = 0;
+    int64_t start = 0, duration = 0;
+    int has_error;
     if (check_required_fields(w, &v) < 0) {
         goto error;
     }
@@ -234,20 +250,9 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     if (span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||
         (has_parent && span_uint64(w, parent, "parent_id", &parent_id) < 0) ||
         span_int64(w, v.value[SF_START], "start_ns", &start) < 0 ||
-        (has_duration && span_int64(w, duration_obj, "duration_ns", &duration) < 0)) {
+        (has_duration && span_int64(w, duration_obj, "duration_ns", &duration) < 0) ||
+        span_error_flag(w, v.value[SF_ERROR], &has_error) < 0) {
         goto error;
-    }
-    int has_error = 0;
-    if (error_obj != NULL && error_obj != Py_None) {
-        if (!PyLong_Check(error_obj)) {
-            span_error(w, PyExc_TypeError, "error", NULL, "expected int, not %.200s",
-                       Py_TYPE(error_obj)->tp_name);
-            goto error;
-        }
-        has_error = PyObject_IsTrue(error_obj);
-        if (has_error < 0) {
-            goto error;
-        }
     }
     if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0 ||
         check_dict_field(w, meta_struct, "meta_struct") < 0) {
@@ -280,34 +285,40 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 
     uint32_t key_count = 7 + has_parent + has_error + has_type + has_links + native_events +
                          has_meta + has_meta_struct + has_metrics;
-    if (outbuf_reserve(w->out, 1 + 9 + 10 + 9 + 8 + 9) < 0) {
+    if (outbuf_reserve(w->out, V04_IDS_MAX_SIZE) < 0) {
         goto error;
     }
     mp_put_map_header(w->out, key_count);
-    if (WRITE_KEY(w, "\xa8trace_id") < 0 || mp_write_uint(w->out, info->trace_id_low) < 0) {
-        goto error;
+    PUT_KEY(w, "\xa8trace_id");
+    mp_put_uint(w->out, info->trace_id_low);
+    if (has_parent) {
+        PUT_KEY(w, "\xa9parent_id");
+        mp_put_uint(w->out, parent_id);
     }
-    if (has_parent && (WRITE_KEY(w, "\xa9parent_id") < 0 || mp_write_uint(w->out, parent_id) < 0)) {
-        goto error;
-    }
-    if (WRITE_KEY(w, "\xa7span_id") < 0 || mp_write_uint(w->out, span_id) < 0 ||
-        WRITE_KEY(w, "\xa7service") < 0 ||
-        v04_write_text(w, v.value[SF_SERVICE] ? v.value[SF_SERVICE] : Py_None, "service", NULL, 1) <
-            0 ||
+    PUT_KEY(w, "\xa7span_id");
+    mp_put_uint(w->out, span_id);
+    if (WRITE_KEY(w, "\xa7service") < 0 ||
+        v04_write_text(w, service ? service : Py_None, "service", NULL, 1) < 0 ||
         WRITE_KEY(w, "\xa8resource") < 0 ||
-        v04_write_text(w, v.value[SF_RESOURCE] ? v.value[SF_RESOURCE] : Py_None, "resource", NULL,
-                       1) < 0 ||
+        v04_write_text(w, resource ? resource : Py_None, "resource", NULL, 1) < 0 ||
         WRITE_KEY(w, "\xa4name") < 0 || v04_write_text(w, v.value[SF_NAME], "name", NULL, 1) < 0 ||
-        WRITE_KEY(w, "\xa5start") < 0 || mp_write_int(w->out, start) < 0 ||
-        WRITE_KEY(w, "\xa8"
-                     "duration") < 0 ||
-        (has_duration ? mp_write_int(w->out, duration) : mp_write_byte(w->out, 0xc0)) < 0) {
+        outbuf_reserve(w->out, V04_TIMES_MAX_SIZE) < 0) {
         goto error;
     }
-    if (has_error && (WRITE_KEY(w, "\xa5"
-                                   "error") < 0 ||
-                      mp_write_byte(w->out, 0x01) < 0)) {
-        goto error;
+    PUT_KEY(w, "\xa5start");
+    mp_put_int(w->out, start);
+    PUT_KEY(w, "\xa8"
+               "duration");
+    if (has_duration) {
+        mp_put_int(w->out, duration);
+    }
+    else {
+        mp_put_byte(w->out, 0xc0);
+    }
+    if (has_error) {
+        PUT_KEY(w, "\xa5"
+                   "error");
+        mp_put_byte(w->out, 0x01);
     }
     if (has_type &&
         (WRITE_KEY(w, "\xa4type") < 0 || v04_write_text(w, span_type, "span_type", NULL, 0) < 0)) {

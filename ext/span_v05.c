@@ -131,7 +131,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     }
     PyObject *parent = v.value[SF_PARENT_ID], *error_obj = v.value[SF_ERROR];
     PyObject *meta = v.value[SF_META], *metrics = v.value[SF_METRICS];
-    uint64_t span_id, parent_id = 0;
+    uint64_t span_id = 0, parent_id = 0;
     int64_t start, duration;
     long error_value = 0;
 

@@ -98,8 +98,8 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
         }
         reader->attribute[i] = Py_NewRef(reader->dict_key[i]);
     }
-    reader->required[SF_TRACE_ID] = reader->required[SF_SPAN_ID] = 1;
-    reader->required[SF_NAME] = reader->required[SF_START] = 1;
+    reader->required =
+        (1u << SF_TRACE_ID) | (1u << SF_SPAN_ID) | (1u << SF_NAME) | (1u << SF_START);
     if (fields == NULL || fields == Py_None) {
         return 0;
     }
@@ -126,7 +126,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
         }
         /* Every ddtrace Span has these; their absence means a span ddtrace
          * keeps natively (ddtrace >= 4.3), whose tags would silently vanish. */
-        reader->required[SF_META] = reader->required[SF_METRICS] = 1;
+        reader->required |= (1u << SF_META) | (1u << SF_METRICS);
         return 0;
     }
     if (!PyDict_Check(fields)) {
@@ -233,6 +233,7 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
          * version tag, and is resolved again. */
         if (layout->type == type && layout->version_tag != 0 &&
             layout->version_tag == type->tp_version_tag) {
+            reader->last_layout = i;
             return layout;
         }
     }
@@ -264,8 +265,10 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
             layout->slot_offsets[layout->slot_count++] = offsets[i];
         }
     }
+    layout->all_span_fields_in_slots = layout->slot_count == SF_EVENTS - SF_SPAN_ID + 1;
     layout->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     layout->version_tag = type->tp_version_tag;
+    reader->last_layout = (int)(layout - reader->layouts);
     Py_XDECREF(previous);
     return layout;
 }
@@ -305,9 +308,13 @@ int
 spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
                 SpanValues *values)
 {
-    memset(values, 0, sizeof *values);
+    values->first = first;
+    values->last = last;
     values->failed = -1;
     if (PyDict_Check(span)) {
+        for (int i = (int)first; i <= (int)last; i++) {
+            values->value[i] = NULL;
+        }
         for (int i = (int)first; i <= (int)last; i++) {
             PyObject *value = PyDict_GetItemWithError(span, reader->dict_key[i]);
             if (value == NULL && PyErr_Occurred()) {
@@ -320,12 +327,16 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
     }
     /* Slots first, with no Python code in between (the layout cache may be
      * changed by another thread as soon as Python code runs), then getattr. */
-    SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
+    const SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
+    if (layout->all_span_fields_in_slots && first == SF_SPAN_ID && last == SF_EVENTS) {
+        for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+            values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + layout->offset[i]));
+        }
+        return 0;
+    }
     for (int i = (int)first; i <= (int)last; i++) {
         Py_ssize_t offset = layout->offset[i];
-        if (offset != 0) {
-            values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + offset));
-        }
+        values->value[i] = offset != 0 ? Py_XNewRef(*(PyObject **)((char *)span + offset)) : NULL;
     }
     uint32_t in_range = ((2u << last) - 1) & ~((1u << first) - 1);
     uint32_t pending = layout->getattr_fields & in_range;
@@ -359,8 +370,31 @@ spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, Py
 void
 spanvalues_release(SpanValues *values)
 {
-    for (int i = 0; i < SF_COUNT; i++) {
-        Py_CLEAR(values->value[i]);
+    for (int i = (int)values->first; i <= (int)values->last; i++) {
+        Py_XDECREF(values->value[i]);
+    }
+}
+
+int
+spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values)
+{
+    uint32_t in_range = ((2u << values->last) - 1) & ~((1u << values->first) - 1);
+    uint32_t pending = reader->required & in_range;
+    while (pending != 0) {
+        int i = __builtin_ctz(pending);
+        pending &= pending - 1;
+        if (values->value[i] == NULL) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void
+prefetch_slots(const SpanTypeLayout *layout, PyObject *span)
+{
+    for (int k = 0; k < layout->slot_count; k++) {
+        SP_PREFETCH(*(PyObject **)((char *)span + layout->slot_offsets[k]));
     }
 }
 
@@ -368,12 +402,15 @@ void
 spanfields_prefetch(const SpanFieldReader *reader, PyObject *span)
 {
     PyTypeObject *type = Py_TYPE(span);
+    /* Traces are nearly always made of one class: try the last one first. */
+    const SpanTypeLayout *last = &reader->layouts[reader->last_layout];
+    if (last->type == type) {
+        prefetch_slots(last, span);
+        return;
+    }
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
-        const SpanTypeLayout *layout = &reader->layouts[i];
-        if (layout->type == type) {
-            for (int k = 0; k < layout->slot_count; k++) {
-                SP_PREFETCH(*(PyObject **)((char *)span + layout->slot_offsets[k]));
-            }
+        if (reader->layouts[i].type == type) {
+            prefetch_slots(&reader->layouts[i], span);
             return;
         }
     }

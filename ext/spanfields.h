@@ -40,6 +40,10 @@ typedef struct {
     /* Byte offset of the field's slot in instances, or 0: use getattr. */
     Py_ssize_t offset[SF_COUNT];
     uint32_t getattr_fields; /* bit i set: field i is read with getattr */
+    /* Every per-span field (SF_SPAN_ID..SF_EVENTS) is a slot: the common case
+     * of a __slots__ class (and ddtrace's Span), read without any branch on
+     * where each field lives. */
+    int all_span_fields_in_slots;
     /* The slot offsets of the per-span fields, packed for spanfields_prefetch. */
     Py_ssize_t slot_offsets[SF_COUNT];
     int slot_count;
@@ -51,10 +55,11 @@ typedef struct {
     PyObject *attribute[SF_COUNT];
     /* Key used for each field in dict spans (the protocol names). */
     PyObject *dict_key[SF_COUNT];
-    /* Fields a span must have; the others may be absent. */
-    char required[SF_COUNT];
+    /* Fields a span must have (bit i: field i); the others may be absent. */
+    uint32_t required;
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
     int next_layout; /* round-robin replacement */
+    int last_layout; /* the layout used last: tried first by the prefetcher */
 } SpanFieldReader;
 
 /* `fields`: None, "ddtrace", or a mapping protocol field -> attribute name. */
@@ -62,17 +67,22 @@ int spanfields_init(SpanFieldReader *reader, PyObject *fields);
 void spanfields_clear(SpanFieldReader *reader);
 int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
 
-/* Field values of one span, as new references (NULL: the field is absent). */
+/* Field values of one span, as new references (NULL: the field is absent).
+ * Only the entries in [first, last] are set. */
 typedef struct {
     PyObject *value[SF_COUNT];
+    SpanField first, last;
     int failed; /* after a failed read: the field whose lookup raised */
 } SpanValues;
 
-/* Read fields [first, last] of `span` (the others are set to NULL).  Returns
- * 0, or -1 with an exception set (any reference already read is released). */
+/* Read fields [first, last] of `span`.  Returns 0, or -1 with an exception
+ * set (any reference already read is released). */
 int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
                     SpanValues *values);
 void spanvalues_release(SpanValues *values);
+
+/* The first required field in [first, last] that `values` lacks, or -1. */
+int spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values);
 
 /* Ask the CPU to start loading what reading `span` will touch: the objects in
  * its slots (when its class layout is already known).  A hint only: no

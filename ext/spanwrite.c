@@ -2,8 +2,6 @@
  * values, and the hand-off of links and events to spanpack._extras. */
 #include "spanwrite.h"
 
-#include "pyint.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -237,31 +235,25 @@ check_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
 }
 
 int
-span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
+span_int_error(SpanWriter *w, PyObject *value, const char *field, int is_signed)
 {
     if (!PyLong_Check(value)) {
         return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
                           Py_TYPE(value)->tp_name);
     }
-    if (pyint_as_u64(value, out) != 0) {
-        return span_error(w, PyExc_ValueError, field, NULL,
-                          "%R is outside the unsigned 64-bit range", value);
-    }
-    return 0;
+    return span_error(w, PyExc_ValueError, field, NULL, "%R is outside the %s 64-bit range", value,
+                      is_signed ? "signed" : "unsigned");
 }
 
 int
-span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+span_error_flag_slow(SpanWriter *w, PyObject *value, int *flag)
 {
     if (!PyLong_Check(value)) {
-        return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
+        return span_error(w, PyExc_TypeError, "error", NULL, "expected int, not %.200s",
                           Py_TYPE(value)->tp_name);
     }
-    if (pyint_as_i64(value, out) != 0) {
-        return span_error(w, PyExc_ValueError, field, NULL, "%R is outside the signed 64-bit range",
-                          value);
-    }
-    return 0;
+    *flag = PyObject_IsTrue(value); /* an int subclass may define __bool__ */
+    return *flag < 0 ? span_reraise(w, "error", NULL) : 0;
 }
 
 int
@@ -437,11 +429,8 @@ events_for_v04(SpanWriter *w, PyObject *events)
 }
 
 Py_ssize_t
-field_length(SpanWriter *w, PyObject *value, const char *field)
+field_length_slow(SpanWriter *w, PyObject *value, const char *field)
 {
-    if (value == NULL || value == Py_None) {
-        return 0;
-    }
     if (PyDict_Check(value)) {
         return PyDict_GET_SIZE(value);
     }
@@ -637,11 +626,8 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
 }
 
 int
-check_dict_field(SpanWriter *w, PyObject *value, const char *field)
+raise_not_dict(SpanWriter *w, PyObject *value, const char *field)
 {
-    if (value == NULL || value == Py_None || PyDict_Check(value)) {
-        return 0;
-    }
     return span_error(w, PyExc_TypeError, field, NULL, "expected a dict, not %.200s",
                       Py_TYPE(value)->tp_name);
 }
@@ -701,12 +687,10 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
 int
 check_required_fields(SpanWriter *w, const SpanValues *values)
 {
-    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
-        if (w->reader->required[i] && values->value[i] == NULL) {
-            PyObject *attribute = w->reader->attribute[i];
-            return span_error(w, PyExc_TypeError, span_field_names[i], NULL,
-                              "missing (no attribute or key %R)", attribute);
-        }
+    int missing = spanvalues_missing_required(w->reader, values);
+    if (SP_LIKELY(missing < 0)) {
+        return 0;
     }
-    return 0;
+    return span_error(w, PyExc_TypeError, span_field_names[missing], NULL,
+                      "missing (no attribute or key %R)", w->reader->attribute[missing]);
 }

@@ -7,6 +7,7 @@
 #include "intern.h"
 #include "mpwrite.h"
 #include "packer.h"
+#include "pyint.h"
 #include "spanfields.h"
 
 /* Strings longer than this (code points for str, bytes for bytes) are cut to
@@ -102,9 +103,49 @@ int check_tag_key(SpanWriter *w, const char *field, PyObject *key);
 /* TypeError unless a meta value is text. */
 int check_meta_value(SpanWriter *w, PyObject *key, PyObject *value);
 
+/* The error for an id or time that is not an int in the `is_signed` 64-bit
+ * range.  Returns -1. */
+int span_int_error(SpanWriter *w, PyObject *value, const char *field, int is_signed);
+
 /* Integers with range checks.  `field` names the value in errors. */
-int span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out);
-int span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out);
+static inline int
+span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
+{
+    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_u64(value, out) == 0) {
+        return 0;
+    }
+    return span_int_error(w, value, field, 0);
+}
+
+static inline int
+span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+{
+    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_i64(value, out) == 0) {
+        return 0;
+    }
+    return span_int_error(w, value, field, 1);
+}
+
+/* The span's error field (an int; None or absent is 0) as a flag: 1 when
+ * non-zero.  Returns 0, or -1 with TypeError naming the field. */
+int span_error_flag_slow(SpanWriter *w, PyObject *value, int *flag);
+
+static inline int
+span_error_flag(SpanWriter *w, PyObject *value, int *flag)
+{
+    uint64_t magnitude;
+    int negative;
+    if (value == NULL || value == Py_None || value == Py_False) {
+        *flag = 0;
+        return 0;
+    }
+    if (SP_LIKELY(PyLong_CheckExact(value))) {
+        /* More than 64 bits is non-zero too. */
+        *flag = pyint_magnitude64(value, &magnitude, &negative) != 0 || magnitude != 0;
+        return 0;
+    }
+    return span_error_flag_slow(w, value, flag);
+}
 
 /* A metric value: int in [-2**63, 2**64) (bool counts as int, as in the
  * reference tracer) as the smallest int, or float as float64. */
@@ -129,7 +170,19 @@ PyObject *events_for_v04(SpanWriter *w, PyObject *events);
 
 /* Length of a container field (list/dict), 0 for None or absent, -1 on
  * error (raised). */
-Py_ssize_t field_length(SpanWriter *w, PyObject *value, const char *field);
+Py_ssize_t field_length_slow(SpanWriter *w, PyObject *value, const char *field);
+
+static inline Py_ssize_t
+field_length(SpanWriter *w, PyObject *value, const char *field)
+{
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    if (PyList_CheckExact(value)) {
+        return PyList_GET_SIZE(value);
+    }
+    return field_length_slow(w, value, field);
+}
 
 /* One trace: the array header, the trace-level values from its first span
  * (then `start`, if given, sees them), and `write_span` for each span. */
@@ -165,4 +218,13 @@ int check_required_fields(SpanWriter *w, const SpanValues *values);
 
 /* A dict-valued field: NULL/None is an empty dict; anything else but a dict
  * is a TypeError naming the field. */
-int check_dict_field(SpanWriter *w, PyObject *value, const char *field);
+int raise_not_dict(SpanWriter *w, PyObject *value, const char *field);
+
+static inline int
+check_dict_field(SpanWriter *w, PyObject *value, const char *field)
+{
+    if (value == NULL || value == Py_None || PyDict_Check(value)) {
+        return 0;
+    }
+    return raise_not_dict(w, value, field);
+}
