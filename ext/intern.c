@@ -3,17 +3,23 @@
 
 /* ---- v0.4 encoded-string cache ---- */
 
+_Static_assert(sizeof(StrCacheSlot) == STRCACHE_SLOT_ALIGN, "a cache slot is one cache line");
+
 int
 strcache_init(EncodedStrCache *cache)
 {
     memset(cache, 0, sizeof *cache);
-    cache->slots = PyMem_Calloc(STRCACHE_SLOTS, sizeof(StrCacheSlot));
-    cache->seen_once = PyMem_Calloc(STRCACHE_SLOTS, sizeof(uintptr_t));
-    if (cache->slots == NULL || cache->seen_once == NULL) {
-        strcache_free(cache);
+    size_t slots_size = STRCACHE_SLOTS * sizeof(StrCacheSlot);
+    cache->memory =
+        PyMem_Calloc(1, STRCACHE_SLOT_ALIGN + slots_size + STRCACHE_SLOTS * sizeof(StrCacheTags));
+    if (cache->memory == NULL) {
         PyErr_NoMemory();
         return -1;
     }
+    uintptr_t address = (uintptr_t)cache->memory;
+    uintptr_t aligned = (address + STRCACHE_SLOT_ALIGN - 1) & ~(uintptr_t)(STRCACHE_SLOT_ALIGN - 1);
+    cache->slots = (StrCacheSlot *)((char *)cache->memory + (aligned - address));
+    cache->tags = (StrCacheTags *)((char *)cache->slots + slots_size);
     return 0;
 }
 
@@ -24,6 +30,7 @@ strcache_clear(EncodedStrCache *cache)
         return;
     }
     for (size_t i = 0; i < STRCACHE_SLOTS; i++) {
+        cache->tags[i].cached = 0;
         Py_CLEAR(cache->slots[i].key);
     }
     cache->used = 0;
@@ -33,10 +40,10 @@ void
 strcache_free(EncodedStrCache *cache)
 {
     strcache_clear(cache);
-    PyMem_Free(cache->slots);
-    PyMem_Free(cache->seen_once);
+    PyMem_Free(cache->memory);
+    cache->memory = NULL;
     cache->slots = NULL;
-    cache->seen_once = NULL;
+    cache->tags = NULL;
 }
 
 void
@@ -45,17 +52,20 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
     if (cache->slots == NULL || size > STRCACHE_ENTRY_BYTES) {
         return;
     }
-    StrCacheSlot *slot = strcache_slot_of(cache, key);
-    uintptr_t *seen = &cache->seen_once[slot - cache->slots];
-    if (*seen != (uintptr_t)key) {
-        *seen = (uintptr_t)key; /* first sighting: remember, don't store */
+    size_t index = strcache_index_of(key);
+    StrCacheTags *tags = &cache->tags[index];
+    uint32_t tag = strcache_tag_of(key);
+    if (tags->seen_once != tag) {
+        tags->seen_once = tag; /* first sighting: remember, don't store */
         return;
     }
     /* Evicting a str runs no Python code (its dealloc is plain C). */
+    StrCacheSlot *slot = &cache->slots[index];
     PyObject *evicted = slot->key;
     slot->key = Py_NewRef(key);
     slot->size = (uint32_t)size;
     copy_bytes(slot->bytes, encoded, size);
+    tags->cached = tag;
     if (evicted != NULL) {
         Py_DECREF(evicted);
     }

@@ -7,9 +7,10 @@
  *   evicts the slot's occupant, so the cache is bounded and never needs
  *   clearing.  Each key is held by a strong reference so its address cannot be
  *   reused by a different string while cached.  A string is admitted the
- *   second time it is seen in a row at its slot (a table of addresses, holding
- *   no references, remembers the first), so values that never repeat cost a
- *   pointer store, not an eviction.
+ *   second time it is seen in a row at its slot (a compact tag array
+ *   remembers the address it saw first, holding no reference), so values that
+ *   never repeat cost a tag store, not an eviction.  A miss reads only the
+ *   tag array (8 bytes a slot); a hit reads its tag and its one-line slot.
  *
  * StringTable (v0.5): the payload's string table.  Maps str content to its
  *   index, keeps the encoded table entries in order, and can be rolled back to
@@ -26,8 +27,9 @@
 
 #define STRCACHE_SLOTS 4096 /* power of two */
 /* Encodings (header included) up to this size are cached; with the key and
- * size a slot is 64 bytes. */
+ * size a slot is one 64-byte cache line. */
 #define STRCACHE_ENTRY_BYTES 52
+#define STRCACHE_SLOT_ALIGN 64
 
 typedef struct {
     PyObject *key; /* strong reference; NULL when the slot is empty */
@@ -35,9 +37,18 @@ typedef struct {
     char bytes[STRCACHE_ENTRY_BYTES];
 } StrCacheSlot;
 
+/* Per slot, in a compact array of its own (32 KiB) so that a probe for a
+ * string that is not cached, and its admission, touch no slot: 32-bit tags
+ * of addresses (the address >> 4), 0 for none. */
 typedef struct {
-    StrCacheSlot *slots;  /* NULL: cache disabled */
-    uintptr_t *seen_once; /* by slot: the address last seen there; only compared */
+    uint32_t cached;    /* the key's tag while the slot holds one */
+    uint32_t seen_once; /* the tag of the string last seen here uncached */
+} StrCacheTags;
+
+typedef struct {
+    StrCacheSlot *slots; /* NULL: cache disabled; aligned to STRCACHE_SLOT_ALIGN */
+    StrCacheTags *tags;
+    void *memory; /* the allocation `slots` and `tags` lie in */
     Py_ssize_t used;
     /* Counters, exposed for tests and the on/off benchmark. */
     Py_ssize_t hits;
@@ -48,20 +59,43 @@ int strcache_init(EncodedStrCache *cache);
 void strcache_clear(EncodedStrCache *cache);
 void strcache_free(EncodedStrCache *cache);
 
-static inline StrCacheSlot *
-strcache_slot_of(const EncodedStrCache *cache, PyObject *key)
+static inline uint32_t
+strcache_tag_of(const PyObject *key)
+{
+    return (uint32_t)((uintptr_t)key >> 4);
+}
+
+static inline size_t
+strcache_index_of(const PyObject *key)
 {
     uintptr_t bits = (uintptr_t)key >> 4;
-    return &cache->slots[(size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 32) & (STRCACHE_SLOTS - 1)];
+    return (size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 32) & (STRCACHE_SLOTS - 1);
+}
+
+/* Start loading what a probe for `key` reads: its tags, and with `slot` its
+ * slot too (for strings likely cached).  A hint; `key` is not dereferenced. */
+static inline void
+strcache_prefetch(const EncodedStrCache *cache, const PyObject *key, int slot)
+{
+    size_t index = strcache_index_of(key);
+    SP_PREFETCH(&cache->tags[index]);
+    if (slot) {
+        SP_PREFETCH(&cache->slots[index]);
+    }
 }
 
 /* Append the cached encoding of `key` to `out`: 1 when it was cached, 0 when
- * not (the caller then encodes it and may call strcache_store), -1 on error. */
+ * not (the caller then encodes it and may call strcache_store), -1 on error.
+ * `check_tag`: for strings often not cached, whose misses then need not load
+ * the slot; strings usually cached go straight to their slot. */
 static inline int
-strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out)
+strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag)
 {
-    const StrCacheSlot *slot = strcache_slot_of(cache, key);
-    if (slot->key != key) {
+    size_t index = strcache_index_of(key);
+    const StrCacheSlot *slot = &cache->slots[index];
+    /* The tag rules out most misses without loading the slot; the key
+     * itself decides. */
+    if ((check_tag && cache->tags[index].cached != strcache_tag_of(key)) || slot->key != key) {
         cache->misses++;
         return 0;
     }

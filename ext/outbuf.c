@@ -1,6 +1,9 @@
 /* Growable output buffer: allocation, growth and hand-over of the result. */
 #include "outbuf.h"
 
+/* A block this large may live in its own mmap (glibc's smallest threshold). */
+#define OUTBUF_LARGE (128 * 1024)
+
 int
 outbuf_init_bytes(OutBuf *buf, Py_ssize_t capacity)
 {
@@ -96,7 +99,21 @@ outbuf_finish_bytes(OutBuf *buf)
         PyErr_SetString(PyExc_SystemError, "spanpack: output buffer already finished");
         return NULL;
     }
-    if (used != PyBytes_GET_SIZE(result) && _PyBytes_Resize(&result, used) < 0) {
+    Py_ssize_t capacity = PyBytes_GET_SIZE(result);
+    if (used == capacity) {
+        return result;
+    }
+    if (capacity >= OUTBUF_LARGE && capacity - used <= capacity / 8) {
+        /* Keep the little slack of a large block instead of reallocating it
+         * smaller: glibc learns a freed block's size as its mmap threshold,
+         * so after shrinking every payload of the usual size would come
+         * from a fresh mmap again, all of its pages faulted in anew.  The
+         * bytes object simply ends early (its allocation is freed whole). */
+        Py_SET_SIZE(result, used);
+        PyBytes_AS_STRING(result)[used] = '\0';
+        return result;
+    }
+    if (_PyBytes_Resize(&result, used) < 0) {
         return NULL;
     }
     return result;

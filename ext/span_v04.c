@@ -58,14 +58,18 @@ v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObje
     return 0;
 }
 
+/* How likely a text is to repeat: names and tag keys do, tag values may. */
+enum { OFTEN_REPEATED = 0, MAYBE_REPEATED = 1 };
+
 /* str (cached when interning is on), bytes, or None where allowed. */
 static inline int
-v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key, int allow_none)
+v04_write_text_probing(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+                       int allow_none, int repeats)
 {
     /* The cache is probed first, by address: only exact, short str are ever
      * stored, so a hit needs no type check and never touches the str. */
     if (w->cache != NULL) {
-        int cached = strcache_write(w->cache, value, w->out);
+        int cached = strcache_write(w->cache, value, w->out, repeats == MAYBE_REPEATED);
         if (cached != 0) {
             return cached < 0 ? -1 : 0;
         }
@@ -74,6 +78,12 @@ v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
         return v04_write_str_uncached(w, value, field, key);
     }
     return v04_write_text_slow(w, value, field, key, allow_none);
+}
+
+static inline int
+v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key, int allow_none)
+{
+    return v04_write_text_probing(w, value, field, key, allow_none, OFTEN_REPEATED);
 }
 
 static int
@@ -88,7 +98,7 @@ v04_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (v04_write_text(w, key, "meta", key, 0) < 0) {
         return -1;
     }
-    return v04_write_text(w, value, "meta", key, 0);
+    return v04_write_text_probing(w, value, "meta", key, 0, MAYBE_REPEATED);
 }
 
 static int

@@ -391,27 +391,34 @@ spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *val
 }
 
 static void
-prefetch_slots(const SpanTypeLayout *layout, PyObject *span)
+prefetch_slots(const SpanTypeLayout *layout, PyObject *span, SpanTextPeek *peek)
 {
     for (int k = 0; k < layout->slot_count; k++) {
         SP_PREFETCH(*(PyObject **)((char *)span + layout->slot_offsets[k]));
     }
+#define PEEK(field) (layout->offset[field] ? *(PyObject **)((char *)span + layout->offset[field]) : NULL)
+    peek->service = PEEK(SF_SERVICE);
+    peek->name = PEEK(SF_NAME);
+    peek->resource = PEEK(SF_RESOURCE);
+    peek->span_type = PEEK(SF_SPAN_TYPE);
+#undef PEEK
 }
 
 void
-spanfields_prefetch(const SpanFieldReader *reader, PyObject *span)
+spanfields_prefetch(const SpanFieldReader *reader, PyObject *span, SpanTextPeek *peek)
 {
     PyTypeObject *type = Py_TYPE(span);
     /* Traces are nearly always made of one class: try the last one first. */
     const SpanTypeLayout *last = &reader->layouts[reader->last_layout];
     if (last->type == type) {
-        prefetch_slots(last, span);
+        prefetch_slots(last, span, peek);
         return;
     }
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         if (reader->layouts[i].type == type) {
-            prefetch_slots(&reader->layouts[i], span);
+            prefetch_slots(&reader->layouts[i], span, peek);
             return;
         }
     }
+    memset(peek, 0, sizeof *peek);
 }

@@ -84,10 +84,18 @@ void spanvalues_release(SpanValues *values);
 /* The first required field in [first, last] that `values` lacks, or -1. */
 int spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values);
 
+/* The text fields a writer may want to look ahead at (e.g. to prefetch their
+ * interned encodings). */
+typedef struct {
+    const PyObject *service, *name, *resource, *span_type;
+} SpanTextPeek;
+
 /* Ask the CPU to start loading what reading `span` will touch: the objects in
  * its slots (when its class layout is already known).  A hint only: no
- * references taken, no Python code, no errors. */
-void spanfields_prefetch(const SpanFieldReader *reader, PyObject *span);
+ * references taken, no Python code, no errors.  `peek` receives the
+ * addresses in the text fields' slots (NULL when not known): for more
+ * prefetching only, never to be dereferenced. */
+void spanfields_prefetch(const SpanFieldReader *reader, PyObject *span, SpanTextPeek *peek);
 
 /* One field of `span` (a new reference in *value, NULL when absent). */
 int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, PyObject **value);

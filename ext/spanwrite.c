@@ -215,21 +215,15 @@ text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key, P
  * Integers */
 
 int
-check_tag_key(SpanWriter *w, const char *field, PyObject *key)
+raise_bad_tag_key(SpanWriter *w, const char *field, PyObject *key)
 {
-    if (is_text(key)) {
-        return 0;
-    }
     return span_error(w, PyExc_TypeError, field, key, "keys must be str, not %.200s",
                       Py_TYPE(key)->tp_name);
 }
 
 int
-check_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
+raise_bad_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (is_text(value)) {
-        return 0;
-    }
     return span_error(w, PyExc_TypeError, "meta", key, "values must be str or bytes, not %.200s",
                       Py_TYPE(value)->tp_name);
 }
@@ -572,8 +566,8 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
 }
 
 int
-write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
-                   int runs_python, Py_ssize_t *written)
+write_dict_entries_checked(SpanWriter *w, PyObject *dict, const char *field,
+                           EntryWriter write_entry, Py_ssize_t *written)
 {
     *written = 0;
     if (dict == NULL || dict == Py_None) {
@@ -582,20 +576,9 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
     if (w->lenient) {
         return write_dict_entries_lenient(w, dict, field, write_entry, written);
     }
+    /* Only entry writers that may run Python code get here (the others take
+     * the plain loop of write_dict_entries). */
     Py_ssize_t expected = PyDict_GET_SIZE(dict);
-    if (!runs_python) {
-        /* No Python code runs until an error ends the loop: the dict and
-         * its entries cannot change under us. */
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(dict, &pos, &key, &value)) {
-            if (write_entry(w, key, value) < 0) {
-                return -1;
-            }
-        }
-        *written = expected;
-        return 0;
-    }
     Py_ssize_t pos = 0, seen = 0;
     PyObject *key, *value;
     while (PyDict_Next(dict, &pos, &key, &value)) {
@@ -674,7 +657,15 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
             SP_PREFETCH(PySequence_Fast_GET_ITEM(trace, i + 2));
         }
         if (i + 1 < count) {
-            spanfields_prefetch(w->reader, PySequence_Fast_GET_ITEM(trace, i + 1));
+            SpanTextPeek next;
+            spanfields_prefetch(w->reader, PySequence_Fast_GET_ITEM(trace, i + 1), &next);
+            if (w->cache != NULL) {
+                /* The interned encodings the next span's text will need. */
+                strcache_prefetch(w->cache, next.service, 1);
+                strcache_prefetch(w->cache, next.name, 1);
+                strcache_prefetch(w->cache, next.resource, 1);
+                strcache_prefetch(w->cache, next.span_type, 1);
+            }
         }
         PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
         result = write_span(w, span, &info);

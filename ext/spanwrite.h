@@ -7,6 +7,7 @@
 #include "intern.h"
 #include "mpwrite.h"
 #include "packer.h"
+#include "pydict.h"
 #include "pyint.h"
 #include "spanfields.h"
 
@@ -98,10 +99,22 @@ is_text(PyObject *value)
     return PyUnicode_Check(value) || PyBytes_Check(value) || PyByteArray_Check(value);
 }
 
+int raise_bad_tag_key(SpanWriter *w, const char *field, PyObject *key);
+int raise_bad_meta_value(SpanWriter *w, PyObject *key, PyObject *value);
+
 /* TypeError unless a tag key (meta, metrics, meta_struct) is text. */
-int check_tag_key(SpanWriter *w, const char *field, PyObject *key);
+static inline int
+check_tag_key(SpanWriter *w, const char *field, PyObject *key)
+{
+    return SP_LIKELY(is_text(key)) ? 0 : raise_bad_tag_key(w, field, key);
+}
+
 /* TypeError unless a meta value is text. */
-int check_meta_value(SpanWriter *w, PyObject *key, PyObject *value);
+static inline int
+check_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return SP_LIKELY(is_text(value)) ? 0 : raise_bad_meta_value(w, key, value);
+}
 
 /* The error for an id or time that is not an int in the `is_signed` 64-bit
  * range.  Returns -1. */
@@ -194,7 +207,6 @@ int write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn 
 int v04_write_trace(SpanWriter *w, PyObject *trace);
 int v05_write_trace(SpanWriter *w, PyObject *trace);
 
-#endif /* SPANPACK_SPANWRITE_H */
 
 /* ---- map helpers shared by both versions ---- */
 
@@ -210,8 +222,59 @@ int map_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count);
  * dict), so entries are held and the dict re-checked after each; when 0
  * (text and numbers only) the plain loop suffices. */
 typedef int (*EntryWriter)(SpanWriter *w, PyObject *key, PyObject *value);
-int write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
-                       int runs_python, Py_ssize_t *written);
+/* The lenient loop, and the loop for entry writers that may run Python code. */
+int write_dict_entries_checked(SpanWriter *w, PyObject *dict, const char *field,
+                               EntryWriter write_entry, Py_ssize_t *written);
+
+/* How far ahead write_dict_entries starts loading entries. */
+#define ENTRY_PREFETCH_DISTANCE 4
+
+/* Start loading an entry's objects (a hint: they are not dereferenced). */
+static inline void
+prefetch_entry(SpanWriter *w, const PyObject *key, const PyObject *value)
+{
+    SP_PREFETCH(value);
+    if (w->cache != NULL) {
+        strcache_prefetch(w->cache, key, 1);   /* tag keys repeat */
+        strcache_prefetch(w->cache, value, 0); /* values often do not */
+    }
+}
+
+static inline int
+write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
+                   int runs_python, Py_ssize_t *written)
+{
+    if (SP_LIKELY(!runs_python && !w->lenient && dict != NULL && dict != Py_None)) {
+        /* No Python code runs until an error ends the loop: the dict and its
+         * entries cannot change under us.  Inlined, so that the entry writer
+         * (a constant at each call) is inlined into the loop. */
+        DictEntries entries;
+        *written = PyDict_GET_SIZE(dict);
+        if (pydict_entries(dict, &entries)) {
+            PyObject *const *entry = entries.keys;
+            PyObject *const *ahead = entry + ENTRY_PREFETCH_DISTANCE * entries.stride;
+            for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
+                if (i + ENTRY_PREFETCH_DISTANCE < entries.count) {
+                    prefetch_entry(w, ahead[0], ahead[1]);
+                    ahead += entries.stride;
+                }
+                if (entry[1] != NULL && write_entry(w, entry[0], entry[1]) < 0) {
+                    return -1;
+                }
+            }
+            return 0;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(dict, &pos, &key, &value)) {
+            if (write_entry(w, key, value) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    return write_dict_entries_checked(w, dict, field, write_entry, written);
+}
 
 /* TypeError naming the first required field the span lacks. */
 int check_required_fields(SpanWriter *w, const SpanValues *values);
@@ -228,3 +291,5 @@ check_dict_field(SpanWriter *w, PyObject *value, const char *field)
     }
     return raise_not_dict(w, value, field);
 }
+
+#endif /* SPANPACK_SPANWRITE_H */

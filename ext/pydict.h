@@ -1,0 +1,70 @@
+/* Reading a dict's entries in place.
+ *
+ * PyDict_Next costs ~50 instructions an entry and allows no look-ahead.  For
+ * combined tables (every dict but an instance __dict__ sharing its class's
+ * keys) the entries are a plain array of (hash, key, value) or, when all keys
+ * are str, (key, value) records.  Its layout is the same from 3.11 through
+ * 3.13 (Include/internal/pycore_dict.h), so it is read directly there; other
+ * versions, split tables and free-threaded builds use PyDict_Next. */
+#ifndef SPANPACK_PYDICT_H
+#define SPANPACK_PYDICT_H
+
+#include "compat.h"
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#define SP_DICT_ENTRIES_IN_PLACE 1
+
+/* struct _dictkeysobject, up to the start of its index table. */
+typedef struct {
+    Py_ssize_t dk_refcnt;
+    uint8_t dk_log2_size;
+    uint8_t dk_log2_index_bytes;
+    uint8_t dk_kind; /* 0: general entries, 1: str keys, 2: split */
+    uint32_t dk_version;
+    Py_ssize_t dk_usable;
+    Py_ssize_t dk_nentries;
+    char dk_indices[];
+} SpDictKeys;
+#endif
+
+/* Entries of a dict: entry i's key is at keys[i * stride], its value right
+ * after; a NULL value marks a deleted entry. */
+typedef struct {
+    PyObject *const *keys;
+    Py_ssize_t count;
+    Py_ssize_t stride;
+} DictEntries;
+
+/* 1 and `entries` set when the entries of `dict` (an exact or sub- dict) can be
+ * read in place, else 0 (then use PyDict_Next).  Valid until the dict
+ * changes: no Python code may run while they are used. */
+static inline int
+pydict_entries(PyObject *dict, DictEntries *entries)
+{
+#ifdef SP_DICT_ENTRIES_IN_PLACE
+    const PyDictObject *object = (const PyDictObject *)dict;
+    const SpDictKeys *keys = (const SpDictKeys *)object->ma_keys;
+    if (object->ma_values != NULL || keys->dk_kind > 1) {
+        return 0;
+    }
+    const char *first_entry = keys->dk_indices + ((size_t)1 << keys->dk_log2_index_bytes);
+    if (keys->dk_kind == 0) {
+        /* (hash, key, value) */
+        entries->keys = (PyObject *const *)(first_entry + sizeof(Py_hash_t));
+        entries->stride = 3;
+    }
+    else {
+        /* (key, value) */
+        entries->keys = (PyObject *const *)first_entry;
+        entries->stride = 2;
+    }
+    entries->count = keys->dk_nentries;
+    return 1;
+#else
+    (void)dict;
+    (void)entries;
+    return 0;
+#endif
+}
+
+#endif /* SPANPACK_PYDICT_H */
