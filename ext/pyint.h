@@ -11,14 +11,52 @@
 
 #include "compat.h"
 
+/* Where the digit layout is known (through 3.13), the digits of an exact int
+ * are read directly; later versions, like int subclasses, go through the C
+ * API. */
+#if PY_VERSION_HEX < 0x030E0000
+#define SP_INT_DIGITS_IN_PLACE 1
+#endif
+
+/* 1 and the little-endian digits, their count and the sign of `value` when
+ * they can be read in place, else 0. */
+static inline int
+pyint_digits(PyObject *value, const digit **digits, Py_ssize_t *count, int *negative)
+{
+#ifdef SP_INT_DIGITS_IN_PLACE
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    const PyLongObject *number = (const PyLongObject *)value;
+#if PY_VERSION_HEX >= 0x030C0000
+    uintptr_t tag = number->long_value.lv_tag;
+    *count = (Py_ssize_t)(tag >> 3); /* _PyLong_NON_SIZE_BITS */
+    *negative = (tag & 3) == 2;      /* _PyLong_SIGN_MASK: 2 is negative */
+    *digits = number->long_value.ob_digit;
+#else
+    Py_ssize_t size = Py_SIZE(value);
+    *negative = size < 0;
+    *count = size < 0 ? -size : size;
+    *digits = number->ob_digit;
+#endif
+    return 1;
+#else
+    (void)value;
+    (void)digits;
+    (void)count;
+    (void)negative;
+    return 0;
+#endif
+}
+
 /* The sign and magnitude of `value` (an int).  Returns 0, or 1 when the
  * magnitude needs more than 64 bits.  Never sets an exception. */
 static inline int
 pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
 {
-    /* The digit layout is read only where it is known (through 3.13); later
-     * versions, like int subclasses, go through the C API. */
-    if (!PyLong_CheckExact(value) || PY_VERSION_HEX >= 0x030E0000) {
+    const digit *digits;
+    Py_ssize_t digit_count;
+    if (!pyint_digits(value, &digits, &digit_count, negative)) {
         int overflow;
         long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
         if (overflow == 0 && !(small == -1 && PyErr_Occurred())) {
@@ -38,21 +76,6 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
         }
         return 1;
     }
-#if PY_VERSION_HEX < 0x030E0000
-    const PyLongObject *number = (const PyLongObject *)value;
-#if PY_VERSION_HEX >= 0x030C0000
-    uintptr_t tag = number->long_value.lv_tag;
-    Py_ssize_t digit_count = (Py_ssize_t)(tag >> 3); /* _PyLong_NON_SIZE_BITS */
-    *negative = (tag & 3) == 2;                      /* _PyLong_SIGN_MASK: 2 is negative */
-    const digit *digits = number->long_value.ob_digit;
-#else
-    Py_ssize_t digit_count = Py_SIZE(value);
-    *negative = digit_count < 0;
-    if (digit_count < 0) {
-        digit_count = -digit_count;
-    }
-    const digit *digits = number->ob_digit;
-#endif
     /* Ints are normalised (no leading zero digit): 64 bits take at most
      * ceil(64 / PyLong_SHIFT) digits, the top one partly. */
 #if PyLong_SHIFT == 30
@@ -86,9 +109,34 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
     *magnitude = result;
     return 0;
 #endif
-#else
-    return 1; /* unreachable */
-#endif
+}
+
+/* `value` (an int) as an unsigned 128-bit int in two halves.  Returns 0; 1
+ * when negative or beyond 128 bits; -1 when its digits cannot be read in
+ * place (use the C API).  Never sets an exception. */
+static inline int
+pyint_as_u128(PyObject *value, uint64_t *high, uint64_t *low)
+{
+    const digit *digits;
+    Py_ssize_t digit_count;
+    int negative;
+    if (!pyint_digits(value, &digits, &digit_count, &negative)) {
+        return -1;
+    }
+    if (negative) {
+        return 1;
+    }
+    uint64_t hi = 0, lo = 0;
+    for (Py_ssize_t i = digit_count - 1; i >= 0; i--) {
+        if (hi >> (64 - PyLong_SHIFT)) {
+            return 1;
+        }
+        hi = (hi << PyLong_SHIFT) | (lo >> (64 - PyLong_SHIFT));
+        lo = (lo << PyLong_SHIFT) | digits[i];
+    }
+    *high = hi;
+    *low = lo;
+    return 0;
 }
 
 /* `value` as an unsigned 64-bit int: 0, or 1 when negative or too large. */

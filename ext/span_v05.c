@@ -11,6 +11,8 @@
 #define V05_ORIGIN_KEY_INDEX 1
 /* Start and duration are clamped to [0, 2**63 - 1]. */
 #define V05_MAX_TIME INT64_MAX
+/* trace_id, span_id, parent_id, start, duration and error, written in a row. */
+#define V05_NUMBERS_MAX_SIZE (6 * 9)
 
 /* A string reference.  Written at once when the table is the payload's; in
  * an encoded trace's own table only 0 and 1 mean the same as in every
@@ -88,14 +90,9 @@ v05_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return write_metric_value(w, key, value);
 }
 
-/* start and duration: ints clamped to [0, 2**63 - 1]; None is 0. */
-static int
-v05_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+static SP_NOINLINE int
+v05_time_value_slow(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
 {
-    *out = 0;
-    if (value == NULL || value == Py_None) {
-        return 0;
-    }
     if (!PyLong_Check(value)) {
         return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
                           Py_TYPE(value)->tp_name);
@@ -107,6 +104,64 @@ v05_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
     }
     *out = overflow > 0 ? V05_MAX_TIME : (overflow < 0 || number < 0) ? 0 : (int64_t)number;
     return 0;
+}
+
+/* start and duration: ints clamped to [0, 2**63 - 1]; None is 0. */
+static inline int
+v05_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+{
+    uint64_t magnitude;
+    int negative;
+    *out = 0;
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    if (SP_LIKELY(PyLong_CheckExact(value))) {
+        if (pyint_magnitude64(value, &magnitude, &negative) != 0) {
+            *out = negative ? 0 : V05_MAX_TIME; /* beyond 64 bits */
+        }
+        else if (!negative) {
+            *out = magnitude > (uint64_t)V05_MAX_TIME ? V05_MAX_TIME : (int64_t)magnitude;
+        }
+        return 0;
+    }
+    return v05_time_value_slow(w, value, field, out);
+}
+
+/* The error field: an int that fits in 32 bits (None is 0). */
+static SP_NOINLINE int
+v05_error_value_slow(SpanWriter *w, PyObject *value, long *out)
+{
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, "error", NULL, "expected int, not %.200s",
+                          Py_TYPE(value)->tp_name);
+    }
+    int overflow;
+    *out = PyLong_AsLongAndOverflow(value, &overflow);
+    if (*out == -1 && PyErr_Occurred()) {
+        return span_reraise(w, "error", NULL);
+    }
+    if (overflow != 0 || *out < INT32_MIN || *out > INT32_MAX) {
+        return span_error(w, PyExc_ValueError, "error", NULL, "%R does not fit in 32 bits", value);
+    }
+    return 0;
+}
+
+static inline int
+v05_error_value(SpanWriter *w, PyObject *value, long *out)
+{
+    uint64_t magnitude;
+    int negative;
+    *out = 0;
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    if (SP_LIKELY(PyLong_CheckExact(value)) && pyint_magnitude64(value, &magnitude, &negative) == 0 &&
+        magnitude <= INT32_MAX) {
+        *out = negative ? -(long)magnitude : (long)magnitude;
+        return 0;
+    }
+    return v05_error_value_slow(w, value, out);
 }
 
 /* The JSON text of links or events as a meta entry: key index, value index. */
@@ -142,21 +197,9 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         (parent != NULL && parent != Py_None &&
          span_uint64(w, parent, "parent_id", &parent_id) < 0) ||
         v05_time_value(w, v.value[SF_START], "start_ns", &start) < 0 ||
-        v05_time_value(w, v.value[SF_DURATION], "duration_ns", &duration) < 0) {
+        v05_time_value(w, v.value[SF_DURATION], "duration_ns", &duration) < 0 ||
+        v05_error_value(w, error_obj, &error_value) < 0) {
         goto error;
-    }
-    if (error_obj != NULL && error_obj != Py_None) {
-        int overflow;
-        if (!PyLong_Check(error_obj)) {
-            span_error(w, PyExc_TypeError, "error", NULL, "expected int, not %.200s",
-                       Py_TYPE(error_obj)->tp_name);
-            goto error;
-        }
-        error_value = PyLong_AsLongAndOverflow(error_obj, &overflow);
-        if (overflow != 0 || error_value < INT32_MIN || error_value > INT32_MAX) {
-            span_error(w, PyExc_ValueError, "error", NULL, "%R does not fit in 32 bits", error_obj);
-            goto error;
-        }
     }
     if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0) {
         goto error;
@@ -182,11 +225,15 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         v05_write_text(w, v.value[SF_SERVICE], "service", NULL) < 0 ||
         v05_write_text(w, v.value[SF_NAME], "name", NULL) < 0 ||
         v05_write_text(w, v.value[SF_RESOURCE], "resource", NULL) < 0 ||
-        mp_write_uint(w->out, info->trace_id_low) < 0 || mp_write_uint(w->out, span_id) < 0 ||
-        mp_write_uint(w->out, parent_id) < 0 || mp_write_int(w->out, start) < 0 ||
-        mp_write_int(w->out, duration) < 0 || mp_write_int(w->out, error_value) < 0) {
+        outbuf_reserve(w->out, V05_NUMBERS_MAX_SIZE) < 0) {
         goto error;
     }
+    mp_put_uint(w->out, info->trace_id_low);
+    mp_put_uint(w->out, span_id);
+    mp_put_uint(w->out, parent_id);
+    mp_put_int(w->out, start);
+    mp_put_int(w->out, duration);
+    mp_put_int(w->out, error_value);
 
     Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
     int has_origin = info->origin_index != V05_EMPTY_INDEX;

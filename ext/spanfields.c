@@ -87,6 +87,17 @@ error:
     return result;
 }
 
+static void
+list_required_span_fields(SpanFieldReader *reader)
+{
+    reader->required_span_count = 0;
+    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+        if (reader->required & (1u << i)) {
+            reader->required_span_fields[reader->required_span_count++] = (SpanField)i;
+        }
+    }
+}
+
 int
 spanfields_init(SpanFieldReader *reader, PyObject *fields)
 {
@@ -100,6 +111,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
     }
     reader->required =
         (1u << SF_TRACE_ID) | (1u << SF_SPAN_ID) | (1u << SF_NAME) | (1u << SF_START);
+    list_required_span_fields(reader);
     if (fields == NULL || fields == Py_None) {
         return 0;
     }
@@ -127,6 +139,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
         /* Every ddtrace Span has these; their absence means a span ddtrace
          * keeps natively (ddtrace >= 4.3), whose tags would silently vanish. */
         reader->required |= (1u << SF_META) | (1u << SF_METRICS);
+        list_required_span_fields(reader);
         return 0;
     }
     if (!PyDict_Check(fields)) {
@@ -373,21 +386,6 @@ spanvalues_release(SpanValues *values)
     for (int i = (int)values->first; i <= (int)values->last; i++) {
         Py_XDECREF(values->value[i]);
     }
-}
-
-int
-spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values)
-{
-    uint32_t in_range = ((2u << values->last) - 1) & ~((1u << values->first) - 1);
-    uint32_t pending = reader->required & in_range;
-    while (pending != 0) {
-        int i = __builtin_ctz(pending);
-        pending &= pending - 1;
-        if (values->value[i] == NULL) {
-            return i;
-        }
-    }
-    return -1;
 }
 
 static void

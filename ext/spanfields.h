@@ -57,6 +57,10 @@ typedef struct {
     PyObject *dict_key[SF_COUNT];
     /* Fields a span must have (bit i: field i); the others may be absent. */
     uint32_t required;
+    /* The same per-span ones (SF_SPAN_ID..SF_EVENTS) as a list, for the
+     * check every span goes through. */
+    SpanField required_span_fields[SF_COUNT];
+    int required_span_count;
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
     int next_layout; /* round-robin replacement */
     int last_layout; /* the layout used last: tried first by the prefetcher */
@@ -81,8 +85,18 @@ int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, Sp
                     SpanValues *values);
 void spanvalues_release(SpanValues *values);
 
-/* The first required field in [first, last] that `values` lacks, or -1. */
-int spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values);
+/* The first required per-span field that `values` (read over SF_SPAN_ID..
+ * SF_EVENTS) lacks, or -1. */
+static inline int
+spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values)
+{
+    for (int k = 0; k < reader->required_span_count; k++) {
+        if (values->value[reader->required_span_fields[k]] == NULL) {
+            return (int)reader->required_span_fields[k];
+        }
+    }
+    return -1;
+}
 
 /* The text fields a writer may want to look ahead at (e.g. to prefetch their
  * interned encodings). */

@@ -292,6 +292,14 @@ read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
         return 0;
     }
     /* Beyond 64 bits (or negative): split a 128-bit id into its halves. */
+    int wide = pyint_as_u128(value, &info->trace_id_high, &info->trace_id_low);
+    if (wide == 0) {
+        return 0;
+    }
+    if (wide > 0) {
+        return span_error(w, PyExc_ValueError, "trace_id", NULL,
+                          "%R is outside the unsigned 128-bit range", value);
+    }
     PyObject *shift = PyLong_FromLong(64);
     PyObject *high = shift ? PyNumber_Rshift(value, shift) : NULL;
     Py_XDECREF(shift);
@@ -676,12 +684,8 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
 }
 
 int
-check_required_fields(SpanWriter *w, const SpanValues *values)
+raise_missing_field(SpanWriter *w, int field)
 {
-    int missing = spanvalues_missing_required(w->reader, values);
-    if (SP_LIKELY(missing < 0)) {
-        return 0;
-    }
-    return span_error(w, PyExc_TypeError, span_field_names[missing], NULL,
-                      "missing (no attribute or key %R)", w->reader->attribute[missing]);
+    return span_error(w, PyExc_TypeError, span_field_names[field], NULL,
+                      "missing (no attribute or key %R)", w->reader->attribute[field]);
 }

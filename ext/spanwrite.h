@@ -244,7 +244,11 @@ static inline int
 write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
                    int runs_python, Py_ssize_t *written)
 {
-    if (SP_LIKELY(!runs_python && !w->lenient && dict != NULL && dict != Py_None)) {
+    if (dict == NULL || dict == Py_None || PyDict_GET_SIZE(dict) == 0) {
+        *written = 0;
+        return 0;
+    }
+    if (SP_LIKELY(!runs_python && !w->lenient)) {
         /* No Python code runs until an error ends the loop: the dict and its
          * entries cannot change under us.  Inlined, so that the entry writer
          * (a constant at each call) is inlined into the loop. */
@@ -276,8 +280,15 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
     return write_dict_entries_checked(w, dict, field, write_entry, written);
 }
 
+int raise_missing_field(SpanWriter *w, int field);
+
 /* TypeError naming the first required field the span lacks. */
-int check_required_fields(SpanWriter *w, const SpanValues *values);
+static inline int
+check_required_fields(SpanWriter *w, const SpanValues *values)
+{
+    int missing = spanvalues_missing_required(w->reader, values);
+    return SP_LIKELY(missing < 0) ? 0 : raise_missing_field(w, missing);
+}
 
 /* A dict-valued field: NULL/None is an empty dict; anything else but a dict
  * is a TypeError naming the field. */

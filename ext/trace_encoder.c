@@ -306,7 +306,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     PyObject *result = NULL;
     /* Start at the size of this encoder's previous payload: similar calls
      * then never grow the buffer. */
-    Py_ssize_t capacity = self->size_hint > 16 * 1024 ? self->size_hint : 16 * 1024;
+    Py_ssize_t capacity = self->size_hint > 0 ? self->size_hint : 16 * 1024;
     if (payload_init(&payload, self->state, self->version, capacity, array_header_size(count)) <
         0) {
         Py_DECREF(items);
@@ -443,7 +443,10 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next)
     if (bytes == NULL) {
         return -1;
     }
-    PyObject *entry = Py_BuildValue("(Nn)", bytes, count);
+    PyObject *count_object = PyLong_FromSsize_t(count);
+    PyObject *entry = count_object != NULL ? PyTuple_Pack(2, bytes, count_object) : NULL;
+    Py_DECREF(bytes);
+    Py_XDECREF(count_object);
     if (entry == NULL || PyList_Append(self->sealed, entry) < 0) {
         Py_XDECREF(entry);
         return -1;

@@ -420,6 +420,83 @@ def test_unset_slots(version):
 
 
 # ---------------------------------------------------------------------------
+# How a meta or metrics dict is stored (the encoder reads entries in place on
+# CPython 3.11-3.13): holes left by deletions, non-str keys, split tables,
+# subclasses, a table that grew and shrank.
+
+
+class _Attrs:
+    """Instances share their class's keys: vars(obj) is a split-table dict."""
+
+    def __init__(self, prefix: str) -> None:
+        self.alpha = prefix + "a"
+        self.beta = prefix + "b"
+        self.gamma = prefix + "c"
+
+
+class _DictSubclass(dict):
+    def items(self):  # never consulted: the encoder reads the dict's storage
+        raise AssertionError("items() called")
+
+
+def _dict_with_holes() -> dict:
+    meta = {"k%d" % i: "v%d" % i for i in range(40)}
+    for i in range(0, 40, 3):
+        del meta["k%d" % i]
+    meta["late"] = "added after the deletions"
+    return meta
+
+
+def _grown_and_emptied() -> dict:
+    meta = {"k%d" % i: "v" for i in range(1000)}
+    for i in range(999):
+        del meta["k%d" % i]
+    return meta
+
+
+def _bytes_keyed() -> dict:
+    return {b"raw": "bytes key", "text": "str key", b"more": b"bytes value"}
+
+
+META_STORAGE = {
+    "holes": _dict_with_holes,
+    "grown_and_emptied": _grown_and_emptied,
+    "bytes_keys": _bytes_keyed,
+    "split_table": lambda: vars(_Attrs("x")),
+    "subclass": lambda: _DictSubclass({"a": "1", "b": "2"}),
+    "empty": dict,
+}
+
+
+def _as_text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("storage", sorted(META_STORAGE))
+def test_meta_and_metrics_dict_storage_forms(version, storage):
+    meta = META_STORAGE[storage]()
+    metrics = {_as_text(k): len(_as_text(v)) for k, v in dict.items(META_STORAGE[storage]())}
+    for key in list(metrics)[::2]:
+        del metrics[key]
+    span = good_span(meta=meta, metrics=metrics)
+    payload = spanpack.TraceMsgPackEncoder(version).encode_traces([[span]])
+    decoded = unpack(payload)
+    if version == "v0.4":
+        got = decoded[0][0]
+        got_meta, got_metrics = got.get("meta", {}), got.get("metrics", {})
+    else:
+        strings, traces = decoded
+        fields = traces[0][0]
+        got_meta = {strings[k]: strings[v] for k, v in fields[9].items()}
+        got_metrics = {strings[k]: v for k, v in fields[10].items()}
+    expected_meta = {_as_text(k): _as_text(v) for k, v in dict.items(meta)}
+    assert got_meta == expected_meta
+    assert list(got_meta) == list(expected_meta)  # insertion order kept
+    assert got_metrics == metrics
+
+
+# ---------------------------------------------------------------------------
 # v0.4 string interning
 
 
