@@ -181,7 +181,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     PyObject *links_text = NULL, *events_text = NULL;
     int result = -1;
 
-    if (spanfields_read(w->reader, span, SF_SPAN_ID, SF_EVENTS, &v) < 0) {
+    if (span_values_read(w, span, info, &v) < 0) {
         return span_reraise(w, v.failed >= 0 ? span_field_names[v.failed] : "span", NULL);
     }
     PyObject *parent = v.value[SF_PARENT_ID], *error_obj = v.value[SF_ERROR];

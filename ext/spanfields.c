@@ -323,6 +323,7 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
 {
     values->first = first;
     values->last = last;
+    values->borrowed = 0;
     values->failed = -1;
     if (PyDict_Check(span)) {
         for (int i = (int)first; i <= (int)last; i++) {
@@ -341,12 +342,6 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
     /* Slots first, with no Python code in between (the layout cache may be
      * changed by another thread as soon as Python code runs), then getattr. */
     const SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
-    if (layout->all_span_fields_in_slots && first == SF_SPAN_ID && last == SF_EVENTS) {
-        for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
-            values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + layout->offset[i]));
-        }
-        return 0;
-    }
     for (int i = (int)first; i <= (int)last; i++) {
         Py_ssize_t offset = layout->offset[i];
         values->value[i] = offset != 0 ? Py_XNewRef(*(PyObject **)((char *)span + offset)) : NULL;
@@ -383,9 +378,48 @@ spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, Py
 void
 spanvalues_release(SpanValues *values)
 {
+    if (values->borrowed) {
+        return;
+    }
     for (int i = (int)values->first; i <= (int)values->last; i++) {
         Py_XDECREF(values->value[i]);
     }
+}
+
+int
+spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow,
+                     SpanValues *values)
+{
+#ifndef Py_GIL_DISABLED /* without the GIL another thread could free them */
+    if (may_borrow && !PyDict_Check(span)) {
+        const SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
+        if (layout->all_span_fields_in_slots) {
+            values->first = SF_SPAN_ID;
+            values->last = SF_EVENTS;
+            values->borrowed = 1;
+            values->failed = -1;
+            for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+                values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
+            }
+            return 0;
+        }
+    }
+#else
+    (void)may_borrow;
+#endif
+    return spanfields_read(reader, span, SF_SPAN_ID, SF_EVENTS, values);
+}
+
+void
+spanvalues_own(SpanValues *values)
+{
+    if (!values->borrowed) {
+        return;
+    }
+    for (int i = (int)values->first; i <= (int)values->last; i++) {
+        Py_XINCREF(values->value[i]);
+    }
+    values->borrowed = 0;
 }
 
 static void

@@ -71,11 +71,16 @@ int spanfields_init(SpanFieldReader *reader, PyObject *fields);
 void spanfields_clear(SpanFieldReader *reader);
 int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
 
-/* Field values of one span, as new references (NULL: the field is absent).
- * Only the entries in [first, last] are set. */
+/* Field values of one span (NULL: the field is absent).  Only the entries in
+ * [first, last] are set.  They are new references, or, when `borrowed`, the
+ * span's own slot pointers with no reference taken: those stay valid only
+ * while no Python code runs (it could reassign the slots and free the
+ * values), so a writer calls spanvalues_own() before anything that may run
+ * Python code. */
 typedef struct {
     PyObject *value[SF_COUNT];
     SpanField first, last;
+    int borrowed;
     int failed; /* after a failed read: the field whose lookup raised */
 } SpanValues;
 
@@ -84,6 +89,15 @@ typedef struct {
 int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
                     SpanValues *values);
 void spanvalues_release(SpanValues *values);
+
+/* The per-span fields (SF_SPAN_ID..SF_EVENTS) of `span`, borrowed when
+ * `may_borrow` and its class keeps them all in slots, else as spanfields_read
+ * gives them. */
+int spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow,
+                         SpanValues *values);
+
+/* Turn borrowed values into new references (a no-op when they already are). */
+void spanvalues_own(SpanValues *values);
 
 /* The first required per-span field that `values` (read over SF_SPAN_ID..
  * SF_EVENTS) lacks, or -1. */

@@ -280,6 +280,40 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
     return write_dict_entries_checked(w, dict, field, write_entry, written);
 }
 
+/* Could writing this span run Python code (after its fields are read)?  Only
+ * these do: an int subclass's __bool__ / __index__ for `error`, converting
+ * links or events, packing meta_struct values, looking `_dd.p.tid` up in a
+ * meta dict (its keys' __eq__), and in lenient mode the repr of a bad value
+ * whose tag is dropped.  A writer holding borrowed values owns them first. */
+static inline int
+span_may_run_python(const SpanWriter *w, const SpanValues *v, const TraceInfo *info)
+{
+    PyObject *error = v->value[SF_ERROR], *links = v->value[SF_LINKS];
+    PyObject *events = v->value[SF_EVENTS], *meta_struct = v->value[SF_META_STRUCT];
+    return w->lenient ||
+           !(error == NULL || error == Py_None || PyLong_CheckExact(error) || PyBool_Check(error)) ||
+           !(links == NULL || links == Py_None ||
+             (PyList_CheckExact(links) && PyList_GET_SIZE(links) == 0)) ||
+           !(events == NULL || events == Py_None ||
+             (PyList_CheckExact(events) && PyList_GET_SIZE(events) == 0)) ||
+           !(meta_struct == NULL || meta_struct == Py_None ||
+             (PyDict_CheckExact(meta_struct) && PyDict_GET_SIZE(meta_struct) == 0)) ||
+           (w->span_index == 0 && info->trace_id_high != 0);
+}
+
+/* The per-span fields, borrowed when that is safe (see SpanValues). */
+static inline int
+span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValues *v)
+{
+    if (spanfields_read_span(w->reader, span, !w->lenient, v) < 0) {
+        return -1;
+    }
+    if (v->borrowed && span_may_run_python(w, v, info)) {
+        spanvalues_own(v);
+    }
+    return 0;
+}
+
 int raise_missing_field(SpanWriter *w, int field);
 
 /* TypeError naming the first required field the span lacks. */

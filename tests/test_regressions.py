@@ -253,3 +253,106 @@ def test_meta_struct_key_swapped_while_encoding():
     except RuntimeError:
         return
     msgpack.unpackb(payload, strict_map_key=False)
+
+
+# ---------------------------------------------------------------------------
+# Borrowed slot values: the span writers read a __slots__ span's fields
+# without taking references, and must own them before anything that can run
+# Python code.  Here that code (a link's to_dict, an event's attribute, an
+# error int subclass's __bool__) replaces every slot of the span being written
+# and churns memory, so values still borrowed would be freed and reused.
+# Owned, the span is written with the values it had when it was read.
+
+BORROW_CHILD = """
+    import msgpack, spanpack
+
+    FIELDS = ("trace_id", "span_id", "parent_id", "service", "name", "resource",
+              "span_type", "start_ns", "duration_ns", "error", "meta", "metrics",
+              "meta_struct", "links", "events")
+
+    class Span:
+        __slots__ = FIELDS
+
+    def fresh(tag):
+        # objects only the span refers to, so replacing the slot frees them
+        return {
+            "service": "service-" + tag, "name": "name-" + tag, "resource": "resource-" + tag,
+            "span_type": "type-" + tag, "start_ns": 10**15 + len(tag) * 7919,
+            "duration_ns": 10**9 + len(tag), "meta": {"key-" + tag: "value-" + tag},
+            "metrics": {"metric-" + tag: float(len(tag))},
+        }
+
+    def replace_everything(span):
+        for name, value in fresh("replaced-by-python-code").items():
+            setattr(span, name, value)
+        garbage = [("x%d" % i) * 3 for i in range(20000)]  # reuse freed memory
+        del garbage
+
+    def make_span(trigger):
+        span = Span()
+        span.trace_id, span.span_id, span.parent_id = 1, 2, None
+        for name, value in fresh("original").items():
+            setattr(span, name, value)
+        span.error, span.meta_struct, span.links, span.events = 0, None, None, None
+
+        class Link:
+            def to_dict(self):
+                replace_everything(span)
+                return {"trace_id": "%032x" % 5, "span_id": "%016x" % 6}
+
+        class Event:
+            name = "event"
+            time_unix_nano = 1
+            @property
+            def attributes(self):
+                replace_everything(span)
+                return {}
+
+        class Error(int):
+            def __bool__(self):
+                replace_everything(span)
+                return True
+
+        if trigger == "links":
+            span.links = [Link()]
+        elif trigger == "events":
+            span.events = [Event()]
+        elif trigger == "error":
+            span.error = Error(1)
+        return span
+
+    version, trigger = VERSION, TRIGGER
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    expected = fresh("original")
+    for attempt in range(3):  # the v0.4 string cache admits strings on their 2nd sighting
+        payload = encoder.encode_traces([[make_span(trigger)]])
+        data = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        if version == "v0.4":
+            span = data[0][0]
+            got = {name: span.get(key) for name, key in (
+                ("service", "service"), ("name", "name"), ("resource", "resource"),
+                ("span_type", "type"), ("start_ns", "start"), ("duration_ns", "duration"))}
+            got["meta"] = {k: v for k, v in span["meta"].items() if k.startswith("key-")}
+            got["metrics"] = span["metrics"]
+        else:
+            strings, traces = data
+            fields = traces[0][0]
+            got = {"service": strings[fields[0]], "name": strings[fields[1]],
+                   "resource": strings[fields[2]], "start_ns": fields[6], "duration_ns": fields[7],
+                   "span_type": strings[fields[11]]}
+            got["meta"] = {strings[k]: strings[v] for k, v in fields[9].items()
+                           if strings[k].startswith("key-")}
+            got["metrics"] = {strings[k]: v for k, v in fields[10].items()}
+        assert got == expected, (attempt, got)
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize(
+    "version,trigger",
+    [("v0.4", "links"), ("v0.4", "events"), ("v0.4", "error"), ("v0.5", "links"), ("v0.5", "events")],
+)
+def test_span_code_replacing_slots_while_span_is_written(version, trigger):
+    code = textwrap.dedent(BORROW_CHILD).replace("VERSION", repr(version)).replace("TRIGGER", repr(trigger))
+    returncode, output = run_child(code)
+    assert returncode == 0 and output.strip().endswith("ok"), output[-3000:]
