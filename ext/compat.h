@@ -44,12 +44,14 @@ PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
 #define SP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define SP_NOINLINE __attribute__((noinline))
+#define SP_ALWAYS_INLINE inline __attribute__((always_inline))
 #define SP_PREFETCH(address) __builtin_prefetch(address)
 #else
 #define SP_PREFETCH(address) ((void)(address))
 #define SP_LIKELY(x) (x)
 #define SP_UNLIKELY(x) (x)
 #define SP_NOINLINE
+#define SP_ALWAYS_INLINE inline
 #endif
 
 #endif /* SPANPACK_COMPAT_H */

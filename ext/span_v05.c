@@ -17,7 +17,10 @@
 /* A string reference.  Written at once when the table is the payload's; in
  * an encoded trace's own table only 0 and 1 mean the same as in every
  * payload, so the others become holes. */
-static int
+/* A string reference.  Written at once when the table is the payload's; in
+ * an encoded trace's own table only 0 and 1 mean the same as in every
+ * payload, so the others become holes. */
+static inline int
 v05_write_index(SpanWriter *w, uint32_t index)
 {
     if (w->holes == NULL || index <= V05_ORIGIN_KEY_INDEX) {
@@ -28,13 +31,10 @@ v05_write_index(SpanWriter *w, uint32_t index)
 
 /* The table key for a text value: the (truncated) exact str or exact bytes,
  * as the reference tracer keys its table. */
-static int
-v05_text_index(SpanWriter *w, PyObject *value, const char *field, PyObject *key, uint32_t *index)
+static SP_NOINLINE int
+v05_text_index_slow(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+                    uint32_t *index)
 {
-    if (value == NULL || value == Py_None) {
-        *index = V05_EMPTY_INDEX;
-        return 0;
-    }
     if (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
         /* Validate now so that joining can never fail on this string. */
         if (!PyUnicode_IS_ASCII(value) && PyUnicode_AsUTF8AndSize(value, NULL) == NULL) {
@@ -53,12 +53,20 @@ v05_text_index(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
     return result;
 }
 
-static int
+static inline int
 v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
-    uint32_t index;
-    if (v05_text_index(w, value, field, key, &index) < 0) {
-        return -1;
+    uint32_t index = V05_EMPTY_INDEX;
+    if (value != NULL && value != Py_None) {
+        /* Most text is a short str already in the table (it was validated
+         * when it went in), found by the hash the str keeps. */
+        Py_hash_t hash;
+        if (!(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN &&
+              (hash = ((PyASCIIObject *)value)->hash) != -1 &&
+              strtable_find(w->strings, value, hash, &index)) &&
+            v05_text_index_slow(w, value, field, key, &index) < 0) {
+            return -1;
+        }
     }
     return v05_write_index(w, index);
 }

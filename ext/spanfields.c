@@ -233,6 +233,15 @@ slot_offset(PyTypeObject *type, PyObject *name)
     return offset;
 }
 
+/* Fields whose values are worth loading ahead: ids, times, text and tag
+ * dicts are distinct objects per span; error (a small int), meta_struct,
+ * links and events are nearly always shared singletons (0, None). */
+static int
+prefetched_field(int field)
+{
+    return field != SF_ERROR && field != SF_META_STRUCT && field != SF_LINKS && field != SF_EVENTS;
+}
+
 /* Offsets for `type`, from the cache or resolved now.  Resolving may run
  * Python code (a metaclass __getattr__), so the offsets are computed first and
  * installed in one step afterwards; the caller copies what it needs before it
@@ -274,11 +283,14 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
         if (offsets[i] == 0) {
             layout->getattr_fields |= 1u << i;
         }
-        else if (i >= SF_SPAN_ID && i <= SF_EVENTS) {
+        else if (i >= SF_SPAN_ID && i <= SF_EVENTS && prefetched_field(i)) {
             layout->slot_offsets[layout->slot_count++] = offsets[i];
         }
     }
-    layout->all_span_fields_in_slots = layout->slot_count == SF_EVENTS - SF_SPAN_ID + 1;
+    layout->all_span_fields_in_slots = 1;
+    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+        layout->all_span_fields_in_slots &= offsets[i] != 0;
+    }
     layout->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     layout->version_tag = type->tp_version_tag;
     reader->last_layout = (int)(layout - reader->layouts);

@@ -44,7 +44,8 @@ typedef struct {
      * of a __slots__ class (and ddtrace's Span), read without any branch on
      * where each field lives. */
     int all_span_fields_in_slots;
-    /* The slot offsets of the per-span fields, packed for spanfields_prefetch. */
+    /* The slot offsets of the per-span fields worth prefetching, packed for
+     * spanfields_prefetch. */
     Py_ssize_t slot_offsets[SF_COUNT];
     int slot_count;
 } SpanTypeLayout;

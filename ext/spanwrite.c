@@ -6,21 +6,16 @@
 #include <stdio.h>
 
 int
-holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
+holes_grow(HoleList *holes)
 {
-    if (holes->count == holes->capacity) {
-        Py_ssize_t capacity = holes->capacity ? holes->capacity * 2 : 64;
-        StringHole *items = PyMem_Realloc(holes->items, (size_t)capacity * sizeof(StringHole));
-        if (items == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        holes->items = items;
-        holes->capacity = capacity;
+    Py_ssize_t capacity = holes->capacity ? holes->capacity * 2 : 64;
+    StringHole *items = PyMem_Realloc(holes->items, (size_t)capacity * sizeof(StringHole));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    holes->items[holes->count].offset = offset;
-    holes->items[holes->count].local_index = local_index;
-    holes->count++;
+    holes->items = items;
+    holes->capacity = capacity;
     return 0;
 }
 
@@ -461,7 +456,7 @@ check_trace(SpanWriter *w, PyObject *trace)
  * Maps */
 
 int
-map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
+map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 {
     if (count > MP_ITEM_LIMIT) {
         PyErr_Format(PyExc_ValueError, "trace %zd, span %zd: map too large", w->trace_index,
@@ -482,11 +477,8 @@ map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 }
 
 int
-map_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count)
+map_end_lenient(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count)
 {
-    if (!w->lenient) {
-        return 0;
-    }
     /* Rewrite the placeholder in its smallest form and close the gap. */
     char header[5];
     OutBuf scratch = {header, header, header + sizeof header, NULL};

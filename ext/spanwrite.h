@@ -35,7 +35,19 @@ typedef struct {
     Py_ssize_t capacity;
 } HoleList;
 
-int holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index);
+int holes_grow(HoleList *holes);
+
+static inline int
+holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
+{
+    if (SP_UNLIKELY(holes->count == holes->capacity) && holes_grow(holes) < 0) {
+        return -1;
+    }
+    holes->items[holes->count].offset = offset;
+    holes->items[holes->count].local_index = local_index;
+    holes->count++;
+    return 0;
+}
 void holes_free(HoleList *holes);
 
 typedef struct {
@@ -210,10 +222,27 @@ int v05_write_trace(SpanWriter *w, PyObject *trace);
 
 /* ---- map helpers shared by both versions ---- */
 
+int map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos);
+int map_end_lenient(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count);
+
 /* Write a map header: exact when `count` is final, or (lenient mode, where
  * entries may be dropped) a 5-byte placeholder fixed by map_end(). */
-int map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos);
-int map_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count);
+static inline int
+map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
+{
+    *header_pos = outbuf_len(w->out);
+    if (SP_LIKELY(!w->lenient && count < 16 && w->out->pos < w->out->end)) {
+        mp_put_byte(w->out, (unsigned char)(0x80 | count));
+        return 0;
+    }
+    return map_begin_slow(w, count, header_pos);
+}
+
+static inline int
+map_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count)
+{
+    return w->lenient ? map_end_lenient(w, header_pos, count) : 0;
+}
 
 /* Write every (key, value) of `dict` with write_entry.  In lenient mode an
  * entry whose key or value is bad data (TypeError, ValueError, OverflowError)
@@ -240,7 +269,7 @@ prefetch_entry(SpanWriter *w, const PyObject *key, const PyObject *value)
     }
 }
 
-static inline int
+static SP_ALWAYS_INLINE int
 write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
                    int runs_python, Py_ssize_t *written)
 {
