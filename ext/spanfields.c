@@ -136,6 +136,16 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
             }
             Py_SETREF(reader->attribute[i], attribute);
         }
+        PyObject *meta_path = PyUnicode_FromString("context._meta");
+        if (meta_path == NULL) {
+            goto error;
+        }
+        reader->origin_meta_path = attribute_from_name(meta_path);
+        Py_DECREF(meta_path);
+        reader->origin_meta_key = PyUnicode_InternFromString("_dd.origin");
+        if (reader->origin_meta_path == NULL || reader->origin_meta_key == NULL) {
+            goto error;
+        }
         /* Every ddtrace Span has these; their absence means a span ddtrace
          * keeps natively (ddtrace >= 4.3), whose tags would silently vanish. */
         reader->required |= (1u << SF_META) | (1u << SF_METRICS);
@@ -181,6 +191,8 @@ spanfields_clear(SpanFieldReader *reader)
         Py_CLEAR(reader->attribute[i]);
         Py_CLEAR(reader->dict_key[i]);
     }
+    Py_CLEAR(reader->origin_meta_path);
+    Py_CLEAR(reader->origin_meta_key);
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         layout_clear(&reader->layouts[i]);
     }
@@ -385,6 +397,27 @@ spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, Py
     }
     *value = values.value[field];
     return 0;
+}
+
+int
+spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value)
+{
+    if (reader->origin_meta_path == NULL || PyDict_Check(span)) {
+        return spanfields_read_one(reader, span, SF_ORIGIN, value);
+    }
+    PyObject *meta;
+    if (get_attribute(span, reader->origin_meta_path, &meta) < 0) {
+        return -1;
+    }
+    if (meta == NULL || !PyDict_CheckExact(meta)) {
+        /* Not the Context this shortcut knows: ask the property. */
+        Py_XDECREF(meta);
+        return spanfields_read_one(reader, span, SF_ORIGIN, value);
+    }
+    *value = PyDict_GetItemWithError(meta, reader->origin_meta_key);
+    Py_XINCREF(*value);
+    Py_DECREF(meta);
+    return *value == NULL && PyErr_Occurred() ? -1 : 0;
 }
 
 void

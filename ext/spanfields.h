@@ -56,6 +56,12 @@ typedef struct {
     PyObject *attribute[SF_COUNT];
     /* Key used for each field in dict spans (the protocol names). */
     PyObject *dict_key[SF_COUNT];
+    /* fields="ddtrace": the origin is read from the context's `_meta` dict
+     * (the path, and the key there), which is what ddtrace's
+     * Context.dd_origin property returns, without running that property.
+     * NULL otherwise. */
+    PyObject *origin_meta_path;
+    PyObject *origin_meta_key;
     /* Fields a span must have (bit i: field i); the others may be absent. */
     uint32_t required;
     /* The same per-span ones (SF_SPAN_ID..SF_EVENTS) as a list, for the
@@ -128,5 +134,8 @@ void spanfields_prefetch(const SpanFieldReader *reader, PyObject *span, SpanText
 
 /* One field of `span` (a new reference in *value, NULL when absent). */
 int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, PyObject **value);
+
+/* The origin field of `span`, as spanfields_read_one gives it. */
+int spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value);
 
 #endif /* SPANPACK_SPANFIELDS_H */

@@ -331,7 +331,7 @@ trace_info_read(SpanWriter *w, PyObject *first_span, TraceInfo *info)
         return -1;
     }
     PyObject *origin;
-    if (spanfields_read_one(w->reader, first_span, SF_ORIGIN, &origin) < 0) {
+    if (spanfields_read_origin(w->reader, first_span, &origin) < 0) {
         return span_reraise(w, "origin", NULL);
     }
     if (origin == NULL || origin == Py_None) {

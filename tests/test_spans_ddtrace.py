@@ -184,6 +184,41 @@ def test_origin_with_nul_written_whole_in_v04():
     assert results["encode_traces"] == cut.replace(b"\xa5synth", b"\xabsynth\x00etics")
 
 
+class _ContextWithoutMeta:
+    """A context that only offers the dd_origin property ddtrace's encoder reads."""
+
+    __slots__ = ("origin",)
+
+    def __init__(self, origin):
+        self.origin = origin
+
+    @property
+    def dd_origin(self):
+        return self.origin
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_origin_read_from_context_meta_or_through_dd_origin(version):
+    """fields="ddtrace" reads the origin from Context._meta (what the
+    dd_origin property returns) and falls back to the property for a context
+    without that dict; a missing context means no origin."""
+    with_meta = _span()
+    with_meta.context.dd_origin = "synthetics"
+    expected = ddtrace_payload(version, [[with_meta]])
+    assert_all_paths_equal(expected, spanpack_paths(version, [[with_meta]], "ddtrace"))
+
+    property_only = _span()
+    property_only.context = _ContextWithoutMeta("synthetics")
+    assert_all_paths_equal(expected, spanpack_paths(version, [[property_only]], "ddtrace"))
+
+    no_context = _span()
+    no_context.context = None
+    no_origin = _span()
+    assert_all_paths_equal(
+        ddtrace_payload(version, [[no_origin]]), spanpack_paths(version, [[no_context]], "ddtrace")
+    )
+
+
 def test_long_origin_v05_table_entries_match_ddtrace():
     """ddtrace's v0.5 table keys a long origin by the whole string (the entry
     is written truncated), so it does not share an index with another string
