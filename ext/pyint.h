@@ -93,7 +93,8 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
         if (digits[2] >> 4) {
             return 1;
         }
-        *magnitude = (uint64_t)digits[0] | ((uint64_t)digits[1] << 30) | ((uint64_t)digits[2] << 60);
+        *magnitude =
+            (uint64_t)digits[0] | ((uint64_t)digits[1] << 30) | ((uint64_t)digits[2] << 60);
         return 0;
     default:
         return 1;

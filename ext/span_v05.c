@@ -164,8 +164,8 @@ v05_error_value(SpanWriter *w, PyObject *value, long *out)
     if (value == NULL || value == Py_None) {
         return 0;
     }
-    if (SP_LIKELY(PyLong_CheckExact(value)) && pyint_magnitude64(value, &magnitude, &negative) == 0 &&
-        magnitude <= INT32_MAX) {
+    if (SP_LIKELY(PyLong_CheckExact(value)) &&
+        pyint_magnitude64(value, &magnitude, &negative) == 0 && magnitude <= INT32_MAX) {
         *out = negative ? -(long)magnitude : (long)magnitude;
         return 0;
     }

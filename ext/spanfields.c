@@ -432,8 +432,7 @@ spanvalues_release(SpanValues *values)
 }
 
 int
-spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow,
-                     SpanValues *values)
+spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, SpanValues *values)
 {
 #ifndef Py_GIL_DISABLED /* without the GIL another thread could free them */
     if (may_borrow && !PyDict_Check(span)) {
@@ -473,7 +472,8 @@ prefetch_slots(const SpanTypeLayout *layout, PyObject *span, SpanTextPeek *peek)
     for (int k = 0; k < layout->slot_count; k++) {
         SP_PREFETCH(*(PyObject **)((char *)span + layout->slot_offsets[k]));
     }
-#define PEEK(field) (layout->offset[field] ? *(PyObject **)((char *)span + layout->offset[field]) : NULL)
+#define PEEK(field)                                                                                \
+    (layout->offset[field] ? *(PyObject **)((char *)span + layout->offset[field]) : NULL)
     peek->service = PEEK(SF_SERVICE);
     peek->name = PEEK(SF_NAME);
     peek->resource = PEEK(SF_RESOURCE);

@@ -320,7 +320,8 @@ span_may_run_python(const SpanWriter *w, const SpanValues *v, const TraceInfo *i
     PyObject *error = v->value[SF_ERROR], *links = v->value[SF_LINKS];
     PyObject *events = v->value[SF_EVENTS], *meta_struct = v->value[SF_META_STRUCT];
     return w->lenient ||
-           !(error == NULL || error == Py_None || PyLong_CheckExact(error) || PyBool_Check(error)) ||
+           !(error == NULL || error == Py_None || PyLong_CheckExact(error) ||
+             PyBool_Check(error)) ||
            !(links == NULL || links == Py_None ||
              (PyList_CheckExact(links) && PyList_GET_SIZE(links) == 0)) ||
            !(events == NULL || events == Py_None ||
