@@ -21,7 +21,11 @@ FUZZ_DIR = Path(__file__).resolve().parent.parent / "fuzz"
 ITERATIONS = int(os.environ.get("SPANPACK_FUZZ_ITERATIONS", "3000"))
 TIME_CAP = 20.0  # seconds per seed; the iteration count is the budget, this a guard
 
-pytest.importorskip("msgpack")
+msgpack = pytest.importorskip("msgpack")
+
+# The Packer harness checks against msgpack-python 1.2 (as the Packer's
+# differential tests do); Python 3.9 only gets msgpack 1.1.
+PACKER_REFERENCE = msgpack.version >= (1, 2)
 
 
 def load_harness(name):
@@ -44,6 +48,8 @@ def use_atheris():
 @pytest.mark.parametrize("name", ["fuzz_packer", "fuzz_spans"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_harness_short_run(name, seed):
+    if name == "fuzz_packer" and not PACKER_REFERENCE:
+        pytest.skip("the Packer harness needs msgpack 1.2 (Python >= 3.10)")
     if use_atheris():
         if seed != 1:
             pytest.skip("one atheris run per harness")
@@ -65,7 +71,7 @@ def test_harness_short_run(name, seed):
 
 
 def test_harness_replay_of_empty_and_tiny_inputs():
-    for name in ("fuzz_packer", "fuzz_spans"):
+    for name in ("fuzz_packer", "fuzz_spans") if PACKER_REFERENCE else ("fuzz_spans",):
         harness = load_harness(name)
         for data in (b"", b"\x00", b"\xff", b"\x00" * 64, b"\xff" * 64, bytes(range(256))):
             harness.TestOneInput(data)
