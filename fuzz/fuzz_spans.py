@@ -110,6 +110,34 @@ class LinkToDictRaises:
         raise KeyError("to_dict failed")
 
 
+class LinkReplacingSpanFields:
+    """A link whose to_dict() replaces the fields of the span it belongs to
+    (every slot of a __slots__ span, whose fields the writer read without
+    references and must own before converting links) and churns memory."""
+
+    trace_id = 1
+    span_id = 2
+
+    def __init__(self):
+        self.span = None
+
+    def to_dict(self):
+        span = self.span
+        if span is not None:
+            tag = str(id(self))
+            for name, value in (("service", "svc-" + tag), ("name", "name-" + tag),
+                                ("resource", "res-" + tag), ("meta", {"k-" + tag: "v-" + tag}),
+                                ("metrics", {"m-" + tag: 1.5}), ("start_ns", 10**15 + len(tag)),
+                                ("duration_ns", 10**9 + len(tag))):
+                if isinstance(span, dict):
+                    span[name] = value
+                else:
+                    setattr(span, name, value)
+            garbage = [tag * 3 for _ in range(2000)]
+            del garbage
+        return {"trace_id": "%032x" % 1, "span_id": "%016x" % 2}
+
+
 class SpanBuilder:
     def __init__(self, inp: Input, mapping: bool):
         self.inp = inp
@@ -233,6 +261,9 @@ class SpanBuilder:
                 items.append(LinkToDictRaises())
             elif shape == 3:
                 items.append(inp.pick([None, 5, "link", (1, 2)]))
+            elif shape == 4:
+                items.append(LinkReplacingSpanFields())
+                self.dirty = True
             else:
                 items.append(fields)
         if kind == 8:
@@ -293,15 +324,21 @@ class SpanBuilder:
     def render(self, span, form):
         """Turn an abstract span into one of the input forms."""
         if form == "dict":
-            return dict(span)
-        obj = Plain() if form == "obj" else (Slotted() if form == "slots" else SlottedChild())
-        for key, value in span.items():
-            if self.mapping and key == "meta":
-                key = "tags"
-            if self.mapping and key == "origin":
-                obj.ctx = Ctx(value)
-                continue
-            setattr(obj, key, value)
+            obj = dict(span)
+        else:
+            obj = Plain() if form == "obj" else (Slotted() if form == "slots" else SlottedChild())
+            for key, value in span.items():
+                if self.mapping and key == "meta":
+                    key = "tags"
+                if self.mapping and key == "origin":
+                    obj.ctx = Ctx(value)
+                    continue
+                setattr(obj, key, value)
+        links = span.get("links")
+        if isinstance(links, (list, tuple)):
+            for link in links:
+                if isinstance(link, LinkReplacingSpanFields):
+                    link.span = obj
         return obj
 
     def side_effect(self, trace, span_values, kind):
