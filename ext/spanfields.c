@@ -299,6 +299,17 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
             layout->slot_offsets[layout->slot_count++] = offsets[i];
         }
     }
+    layout->line_count = 0;
+    for (int k = 0; k < layout->slot_count; k++) {
+        Py_ssize_t line = layout->slot_offsets[k] & ~(Py_ssize_t)63;
+        int known = 0;
+        for (int j = 0; j < layout->line_count; j++) {
+            known |= layout->line_offsets[j] == line;
+        }
+        if (!known) {
+            layout->line_offsets[layout->line_count++] = line;
+        }
+    }
     layout->all_span_fields_in_slots = 1;
     for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
         layout->all_span_fields_in_slots &= offsets[i] != 0;
@@ -479,6 +490,16 @@ prefetch_slots(const SpanTypeLayout *layout, PyObject *span, SpanTextPeek *peek)
     peek->resource = PEEK(SF_RESOURCE);
     peek->span_type = PEEK(SF_SPAN_TYPE);
 #undef PEEK
+}
+
+void
+spanfields_prefetch_object(const SpanFieldReader *reader, PyObject *span)
+{
+    const SpanTypeLayout *last = &reader->layouts[reader->last_layout];
+    SP_PREFETCH(span);
+    for (int k = 0; k < last->line_count; k++) {
+        SP_PREFETCH((char *)span + last->line_offsets[k]);
+    }
 }
 
 void

@@ -48,6 +48,10 @@ typedef struct {
      * spanfields_prefetch. */
     Py_ssize_t slot_offsets[SF_COUNT];
     int slot_count;
+    /* Offsets (64-byte aligned) of the cache lines of an instance that hold
+     * those slots. */
+    Py_ssize_t line_offsets[SF_COUNT];
+    int line_count;
 } SpanTypeLayout;
 
 typedef struct {
@@ -131,6 +135,11 @@ typedef struct {
  * addresses in the text fields' slots (NULL when not known): for more
  * prefetching only, never to be dereferenced. */
 void spanfields_prefetch(const SpanFieldReader *reader, PyObject *span, SpanTextPeek *peek);
+
+/* Ask the CPU to start loading the parts of `span` that hold its fields,
+ * assuming it is of the class read last (a hint only: `span` itself is not
+ * read, so this costs no wait even when it is far from the caches). */
+void spanfields_prefetch_object(const SpanFieldReader *reader, PyObject *span);
 
 /* One field of `span` (a new reference in *value, NULL when absent). */
 int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, PyObject **value);

@@ -615,6 +615,11 @@ raise_not_dict(SpanWriter *w, PyObject *value, const char *field)
                       Py_TYPE(value)->tp_name);
 }
 
+/* How many spans ahead write_trace requests a span object's memory, and its
+ * field values (measured on 100 x 1,000-span traces of ddtrace Spans). */
+#define SPAN_OBJECT_PREFETCH_DISTANCE 4
+#define SPAN_VALUES_PREFETCH_DISTANCE 2
+
 int
 write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span)
 {
@@ -652,13 +657,17 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
         }
         w->span_index = i;
         /* Large traces outgrow the CPU caches: start loading the spans
-         * ahead (the next one's field values, the one after that itself). */
-        if (i + 2 < count) {
-            SP_PREFETCH(PySequence_Fast_GET_ITEM(trace, i + 2));
+         * ahead (the field values of one a little ahead, whose object was
+         * requested a little earlier still). */
+        if (i + SPAN_OBJECT_PREFETCH_DISTANCE < count) {
+            spanfields_prefetch_object(
+                w->reader, PySequence_Fast_GET_ITEM(trace, i + SPAN_OBJECT_PREFETCH_DISTANCE));
         }
-        if (i + 1 < count) {
+        if (i + SPAN_VALUES_PREFETCH_DISTANCE < count) {
             SpanTextPeek next;
-            spanfields_prefetch(w->reader, PySequence_Fast_GET_ITEM(trace, i + 1), &next);
+            spanfields_prefetch(w->reader,
+                                PySequence_Fast_GET_ITEM(trace, i + SPAN_VALUES_PREFETCH_DISTANCE),
+                                &next);
             if (w->cache != NULL) {
                 /* The interned encodings the next span's text will need. */
                 strcache_prefetch(w->cache, next.service, 1);
