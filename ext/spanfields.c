@@ -1,6 +1,8 @@
 /* Span field access: attribute names, slot offsets per type, dict keys. */
 #include "spanfields.h"
 
+#include "pydict.h"
+
 #if PY_VERSION_HEX < 0x030C0000
 #include <structmember.h>
 #define SP_T_OBJECT_EX T_OBJECT_EX
@@ -98,6 +100,41 @@ list_required_span_fields(SpanFieldReader *reader)
     }
 }
 
+static size_t
+key_slot(const PyObject *key)
+{
+    uintptr_t bits = (uintptr_t)key >> 4;
+    return (size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 40) & (SPAN_KEY_TABLE_SIZE - 1);
+}
+
+static void
+index_dict_keys(SpanFieldReader *reader)
+{
+    memset(reader->field_by_address, -1, sizeof reader->field_by_address);
+    for (int i = 0; i < SF_COUNT; i++) {
+        size_t slot = key_slot(reader->dict_key[i]);
+        while (reader->field_by_address[slot] >= 0) {
+            slot = (slot + 1) & (SPAN_KEY_TABLE_SIZE - 1);
+        }
+        reader->key_by_address[slot] = reader->dict_key[i];
+        reader->field_by_address[slot] = (signed char)i;
+    }
+}
+
+/* The field whose (interned) key is `key`, or -1. */
+static inline int
+field_of_key(const SpanFieldReader *reader, const PyObject *key)
+{
+    size_t slot = key_slot(key);
+    while (reader->field_by_address[slot] >= 0) {
+        if (reader->key_by_address[slot] == key) {
+            return reader->field_by_address[slot];
+        }
+        slot = (slot + 1) & (SPAN_KEY_TABLE_SIZE - 1);
+    }
+    return -1;
+}
+
 int
 spanfields_init(SpanFieldReader *reader, PyObject *fields)
 {
@@ -109,6 +146,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
         }
         reader->attribute[i] = Py_NewRef(reader->dict_key[i]);
     }
+    index_dict_keys(reader);
     reader->required =
         (1u << SF_TRACE_ID) | (1u << SF_SPAN_ID) | (1u << SF_NAME) | (1u << SF_START);
     list_required_span_fields(reader);
@@ -442,11 +480,52 @@ spanvalues_release(SpanValues *values)
     }
 }
 
+/* A dict span's per-span fields straight from its entries, when every key is
+ * an interned str: two interned str are equal only if they are the same
+ * object, so matching keys by address finds every field present, and a field
+ * not matched is absent.  Borrowed values; 0 when the dict does not qualify
+ * (then nothing is set). */
+static int
+read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValues *values)
+{
+    DictEntries entries;
+    if (!pydict_entries(span, &entries) || entries.stride != 2) {
+        return 0; /* only dicts whose keys are all str */
+    }
+    PyObject *found[SF_COUNT] = {NULL};
+    PyObject *const *entry = entries.keys;
+    for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
+        if (entry[1] == NULL) {
+            continue; /* deleted */
+        }
+        if (!PyUnicode_CHECK_INTERNED(entry[0])) {
+            return 0;
+        }
+        int field = field_of_key(reader, entry[0]);
+        if (field >= 0) {
+            found[field] = entry[1];
+        }
+    }
+    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+        values->value[i] = found[i];
+    }
+    return 1;
+}
+
 int
 spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, SpanValues *values)
 {
 #ifndef Py_GIL_DISABLED /* without the GIL another thread could free them */
-    if (may_borrow && !PyDict_Check(span)) {
+    if (may_borrow && PyDict_Check(span)) {
+        if (read_dict_span_in_place(reader, span, values)) {
+            values->first = SF_SPAN_ID;
+            values->last = SF_EVENTS;
+            values->borrowed = 1;
+            values->failed = -1;
+            return 0;
+        }
+    }
+    else if (may_borrow) {
         const SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
         if (layout->all_span_fields_in_slots) {
             values->first = SF_SPAN_ID;

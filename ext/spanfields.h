@@ -33,6 +33,7 @@ typedef enum {
 extern const char *const span_field_names[SF_COUNT];
 
 #define SPAN_LAYOUT_CACHE 4
+#define SPAN_KEY_TABLE_SIZE 64 /* power of two, well above SF_COUNT */
 
 typedef struct {
     PyTypeObject *type; /* strong reference; NULL when unused */
@@ -58,8 +59,12 @@ typedef struct {
     /* Attribute used for each field on objects: an interned str, or a tuple
      * of interned str for a dotted path such as "context.dd_origin". */
     PyObject *attribute[SF_COUNT];
-    /* Key used for each field in dict spans (the protocol names). */
+    /* Key used for each field in dict spans (the protocol names, interned). */
     PyObject *dict_key[SF_COUNT];
+    /* The same keys by address (open addressing; the field, or -1 for an
+     * empty slot), to match a dict span's interned keys without lookups. */
+    PyObject *key_by_address[SPAN_KEY_TABLE_SIZE];
+    signed char field_by_address[SPAN_KEY_TABLE_SIZE];
     /* fields="ddtrace": the origin is read from the context's `_meta` dict
      * (the path, and the key there), which is what ddtrace's
      * Context.dd_origin property returns, without running that property.

@@ -256,9 +256,9 @@ def test_meta_struct_key_swapped_while_encoding():
 
 
 # ---------------------------------------------------------------------------
-# Borrowed slot values: the span writers read a __slots__ span's fields
-# without taking references, and must own them before anything that can run
-# Python code.  Here that code (a link's to_dict, an event's attribute, an
+# Borrowed values: the span writers read a __slots__ span's fields (and a
+# dict span's, when its keys are interned str) without taking references, and
+# must own them before anything that can run Python code.  Here that code (a link's to_dict, an event's attribute, an
 # error int subclass's __bool__) replaces every slot of the span being written
 # and churns memory, so values still borrowed would be freed and reused.
 # Owned, the span is written with the values it had when it was read.
@@ -284,16 +284,28 @@ BORROW_CHILD = """
 
     def replace_everything(span):
         for name, value in fresh("replaced-by-python-code").items():
-            setattr(span, name, value)
+            if isinstance(span, dict):
+                span[name] = value
+            else:
+                setattr(span, name, value)
         garbage = [("x%d" % i) * 3 for i in range(20000)]  # reuse freed memory
         del garbage
 
     def make_span(trigger):
-        span = Span()
-        span.trace_id, span.span_id, span.parent_id = 1, 2, None
-        for name, value in fresh("original").items():
-            setattr(span, name, value)
-        span.error, span.meta_struct, span.links, span.events = 0, None, None, None
+        fields = dict(trace_id=1, span_id=2, parent_id=None, error=0, meta_struct=None,
+                      links=None, events=None, **fresh("original"))
+        if FORM == "dict":
+            span = fields
+        else:
+            span = Span()
+            for name, value in fields.items():
+                setattr(span, name, value)
+
+        def set_field(name, value):
+            if isinstance(span, dict):
+                span[name] = value
+            else:
+                setattr(span, name, value)
 
         class Link:
             def to_dict(self):
@@ -314,11 +326,11 @@ BORROW_CHILD = """
                 return True
 
         if trigger == "links":
-            span.links = [Link()]
+            set_field("links", [Link()])
         elif trigger == "events":
-            span.events = [Event()]
+            set_field("events", [Event()])
         elif trigger == "error":
-            span.error = Error(1)
+            set_field("error", Error(1))
         return span
 
     version, trigger = VERSION, TRIGGER
@@ -348,11 +360,17 @@ BORROW_CHILD = """
 """
 
 
+@pytest.mark.parametrize("form", ["slots", "dict"])
 @pytest.mark.parametrize(
     "version,trigger",
     [("v0.4", "links"), ("v0.4", "events"), ("v0.4", "error"), ("v0.5", "links"), ("v0.5", "events")],
 )
-def test_span_code_replacing_slots_while_span_is_written(version, trigger):
-    code = textwrap.dedent(BORROW_CHILD).replace("VERSION", repr(version)).replace("TRIGGER", repr(trigger))
+def test_span_code_replacing_fields_while_span_is_written(version, trigger, form):
+    code = (
+        textwrap.dedent(BORROW_CHILD)
+        .replace("VERSION", repr(version))
+        .replace("TRIGGER", repr(trigger))
+        .replace("FORM", repr(form))
+    )
     returncode, output = run_child(code)
     assert returncode == 0 and output.strip().endswith("ok"), output[-3000:]

@@ -496,6 +496,47 @@ def test_meta_and_metrics_dict_storage_forms(version, storage):
     assert got_metrics == metrics
 
 
+
+def _dynamic(key: str) -> str:
+    """An equal str that is not the interned one."""
+    return "".join(list(key))
+
+
+DICT_SPAN_KEYS = {
+    "interned": lambda span: dict(span),
+    "not_interned": lambda span: {_dynamic(k): v for k, v in span.items()},
+    "one_not_interned": lambda span: {(_dynamic(k) if k == "service" else k): v for k, v in span.items()},
+    "extra_keys": lambda span: {**span, "unrelated": 1, _dynamic("other"): 2},
+    "holes": lambda span: _with_holes(span),
+    "non_str_key": lambda span: {**span, 7: "ignored"},
+    "subclass": lambda span: collections.OrderedDict(span),
+}
+
+
+def _with_holes(span):
+    result = {"junk%d" % i: i for i in range(10)}
+    result.update(span)
+    for i in range(10):
+        del result["junk%d" % i]
+    return result
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("keys", sorted(DICT_SPAN_KEYS))
+def test_dict_spans_with_any_key_objects(version, keys):
+    """Dict spans are read from their entries when every key is an interned
+    str, and by lookups otherwise: both give the payload of the same span as
+    attributes."""
+    spans = [
+        good_span(span_id=2, meta={"k": "v"}, metrics={"m": 1}),
+        good_span(span_id=3, parent_id=2, span_type="web", error=1),
+    ]
+    del spans[1]["meta"]
+    expected = spanpack.TraceMsgPackEncoder(version).encode_traces([[types.SimpleNamespace(**s) for s in spans]])
+    dict_spans = [DICT_SPAN_KEYS[keys](s) for s in spans]
+    assert_all_paths_equal(expected, spanpack_paths(version, [dict_spans]))
+
+
 # ---------------------------------------------------------------------------
 # v0.4 string interning
 
