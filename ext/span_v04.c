@@ -43,9 +43,9 @@ v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObje
         size = PyUnicode_GET_LENGTH(value);
     }
     else {
-        data = PyUnicode_AsUTF8AndSize(value, &size);
+        data = span_utf8(w, value, field, key, &size);
         if (data == NULL) {
-            return span_reraise(w, field, key);
+            return -1;
         }
     }
     Py_ssize_t before = outbuf_len(w->out);

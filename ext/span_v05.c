@@ -37,8 +37,9 @@ v05_text_index_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
 {
     if (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
         /* Validate now so that joining can never fail on this string. */
-        if (!PyUnicode_IS_ASCII(value) && PyUnicode_AsUTF8AndSize(value, NULL) == NULL) {
-            return span_reraise(w, field, key);
+        Py_ssize_t size;
+        if (!PyUnicode_IS_ASCII(value) && span_utf8(w, value, field, key, &size) == NULL) {
+            return -1;
         }
         return strtable_index(w->strings, value, w->encode_string, NULL, index);
     }

@@ -145,8 +145,38 @@ truncated_bytes(const char *data)
     return result;
 }
 
+/* Error paths below name `key`, which may be borrowed from a dict being
+ * written.  Creating an exception object can start a garbage collection, and
+ * with it finalizers (Python code) that could drop that key: it is held while
+ * a call may fail. */
+
+const char *
+span_utf8(SpanWriter *w, PyObject *str, const char *field, PyObject *key, Py_ssize_t *size)
+{
+    Py_XINCREF(key);
+    const char *utf8 = PyUnicode_AsUTF8AndSize(str, size);
+    if (utf8 == NULL) {
+        span_reraise(w, field, key);
+    }
+    Py_XDECREF(key);
+    return utf8;
+}
+
+static int text_prepare_held(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+                             PreparedText *text);
+
 int
 text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key, PreparedText *text)
+{
+    Py_XINCREF(key);
+    int result = text_prepare_held(w, value, field, key, text);
+    Py_XDECREF(key);
+    return result;
+}
+
+static int
+text_prepare_held(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+                  PreparedText *text)
 {
     text->object = NULL;
     if (value == Py_None) {

@@ -101,6 +101,10 @@ typedef struct {
 int text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
                  PreparedText *text);
 
+/* The UTF-8 of a str (NULL and the located error for a lone surrogate). */
+const char *span_utf8(SpanWriter *w, PyObject *str, const char *field, PyObject *key,
+                      Py_ssize_t *size);
+
 /* The reference tracer's cut of a str longer than MAX_TEXT_LEN. */
 PyObject *truncated_str(PyObject *str);
 
