@@ -27,9 +27,10 @@
 
 #define STRCACHE_SLOTS 4096 /* power of two */
 /* Encodings (header included) up to this size are cached; with the key and
- * size a slot is one 64-byte cache line. */
-#define STRCACHE_ENTRY_BYTES 52
+ * size a slot is one 64-byte cache line (52 bytes on 64-bit platforms). */
 #define STRCACHE_SLOT_ALIGN 64
+#define STRCACHE_ENTRY_BYTES                                                                       \
+    ((Py_ssize_t)(STRCACHE_SLOT_ALIGN - sizeof(PyObject *) - sizeof(uint32_t)))
 
 typedef struct {
     PyObject *key; /* strong reference; NULL when the slot is empty */

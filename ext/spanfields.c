@@ -174,14 +174,11 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
             }
             Py_SETREF(reader->attribute[i], attribute);
         }
-        PyObject *meta_path = PyUnicode_FromString("context._meta");
-        if (meta_path == NULL) {
-            goto error;
-        }
-        reader->origin_meta_path = attribute_from_name(meta_path);
-        Py_DECREF(meta_path);
+        reader->context_name = PyUnicode_InternFromString("context");
+        reader->context_meta_name = PyUnicode_InternFromString("_meta");
         reader->origin_meta_key = PyUnicode_InternFromString("_dd.origin");
-        if (reader->origin_meta_path == NULL || reader->origin_meta_key == NULL) {
+        if (reader->context_name == NULL || reader->context_meta_name == NULL ||
+            reader->origin_meta_key == NULL) {
             goto error;
         }
         /* Every ddtrace Span has these; their absence means a span ddtrace
@@ -229,8 +226,10 @@ spanfields_clear(SpanFieldReader *reader)
         Py_CLEAR(reader->attribute[i]);
         Py_CLEAR(reader->dict_key[i]);
     }
-    Py_CLEAR(reader->origin_meta_path);
+    Py_CLEAR(reader->context_name);
+    Py_CLEAR(reader->context_meta_name);
     Py_CLEAR(reader->origin_meta_key);
+    Py_CLEAR(reader->ddtrace_context_type);
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         layout_clear(&reader->layouts[i]);
     }
@@ -242,6 +241,7 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         Py_VISIT(reader->layouts[i].type);
     }
+    Py_VISIT(reader->ddtrace_context_type);
     return 0;
 }
 
@@ -390,6 +390,19 @@ get_attribute(PyObject *obj, PyObject *attribute, PyObject **value)
     return 0;
 }
 
+/* `value` (a new reference, or NULL) for `key` in `dict`, which no other
+ * thread can change in between on free-threaded builds. */
+static int
+dict_get_ref(PyObject *dict, PyObject *key, PyObject **value)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyDict_GetItemRef(dict, key, value) < 0 ? -1 : 0;
+#else
+    *value = Py_XNewRef(PyDict_GetItemWithError(dict, key));
+    return *value == NULL && PyErr_Occurred() ? -1 : 0;
+#endif
+}
+
 int
 spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
                 SpanValues *values)
@@ -403,12 +416,10 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
             values->value[i] = NULL;
         }
         for (int i = (int)first; i <= (int)last; i++) {
-            PyObject *value = PyDict_GetItemWithError(span, reader->dict_key[i]);
-            if (value == NULL && PyErr_Occurred()) {
+            if (dict_get_ref(span, reader->dict_key[i], &values->value[i]) < 0) {
                 values->failed = i;
                 goto error;
             }
-            values->value[i] = Py_XNewRef(value);
         }
         return 0;
     }
@@ -448,25 +459,55 @@ spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, Py
     return 0;
 }
 
+/* Is `type` ddtrace's own Context class (whose dd_origin property returns
+ * `_meta["_dd.origin"]`)?  A subclass or look-alike could override that
+ * property, so anything else is asked through it.  The class's own dict is
+ * read directly: no Python code runs. */
+static int
+is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
+{
+    if (type == reader->ddtrace_context_type) {
+        return 1;
+    }
+    if (reader->ddtrace_context_type != NULL || strcmp(type->tp_name, "Context") != 0 ||
+        type->tp_dict == NULL) {
+        return 0;
+    }
+    PyObject *module = PyDict_GetItemString(type->tp_dict, "__module__");
+    if (module == NULL || !PyUnicode_Check(module) ||
+        PyUnicode_CompareWithASCIIString(module, "ddtrace._trace.context") != 0) {
+        return 0;
+    }
+    reader->ddtrace_context_type = (PyTypeObject *)Py_NewRef((PyObject *)type);
+    return 1;
+}
+
 int
 spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value)
 {
-    if (reader->origin_meta_path == NULL || PyDict_Check(span)) {
+    if (reader->context_name == NULL || PyDict_Check(span)) {
         return spanfields_read_one(reader, span, SF_ORIGIN, value);
     }
-    PyObject *meta;
-    if (get_attribute(span, reader->origin_meta_path, &meta) < 0) {
+    PyObject *context, *meta = NULL;
+    if (get_attribute(span, reader->context_name, &context) < 0) {
+        return -1;
+    }
+    if (context == NULL || !is_ddtrace_context(reader, Py_TYPE(context))) {
+        Py_XDECREF(context);
+        return spanfields_read_one(reader, span, SF_ORIGIN, value);
+    }
+    int result = get_attribute(context, reader->context_meta_name, &meta);
+    Py_DECREF(context);
+    if (result < 0) {
         return -1;
     }
     if (meta == NULL || !PyDict_CheckExact(meta)) {
-        /* Not the Context this shortcut knows: ask the property. */
         Py_XDECREF(meta);
         return spanfields_read_one(reader, span, SF_ORIGIN, value);
     }
-    *value = PyDict_GetItemWithError(meta, reader->origin_meta_key);
-    Py_XINCREF(*value);
+    result = dict_get_ref(meta, reader->origin_meta_key, value);
     Py_DECREF(meta);
-    return *value == NULL && PyErr_Occurred() ? -1 : 0;
+    return result;
 }
 
 void

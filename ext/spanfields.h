@@ -65,12 +65,14 @@ typedef struct {
      * empty slot), to match a dict span's interned keys without lookups. */
     PyObject *key_by_address[SPAN_KEY_TABLE_SIZE];
     signed char field_by_address[SPAN_KEY_TABLE_SIZE];
-    /* fields="ddtrace": the origin is read from the context's `_meta` dict
-     * (the path, and the key there), which is what ddtrace's
-     * Context.dd_origin property returns, without running that property.
-     * NULL otherwise. */
-    PyObject *origin_meta_path;
+    /* fields="ddtrace": when the span's `context` is ddtrace's own Context,
+     * the origin is read from its `_meta` dict, which is what its dd_origin
+     * property returns, without running that property.  The names, and the
+     * Context class once recognised (strong reference); NULL otherwise. */
+    PyObject *context_name;
+    PyObject *context_meta_name;
     PyObject *origin_meta_key;
+    PyTypeObject *ddtrace_context_type;
     /* Fields a span must have (bit i: field i); the others may be absent. */
     uint32_t required;
     /* The same per-span ones (SF_SPAN_ID..SF_EVENTS) as a list, for the

@@ -41,19 +41,22 @@ location_text(SpanWriter *w, const char *field, PyObject *key)
 int
 span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, const char *format, ...)
 {
+    /* `key` may be borrowed from a dict that the repr of a value in the
+     * message (Python code) empties or replaces: hold it until it is named. */
+    Py_XINCREF(key);
     va_list vargs;
     va_start(vargs, format);
     PyObject *detail = PyUnicode_FromFormatV(format, vargs);
     va_end(vargs);
-    if (detail == NULL) {
-        return -1;
+    if (detail != NULL) {
+        PyObject *location = location_text(w, field, key);
+        if (location != NULL) {
+            PyErr_Format(type, "%U: %U", location, detail);
+            Py_DECREF(location);
+        }
+        Py_DECREF(detail);
     }
-    PyObject *location = location_text(w, field, key);
-    if (location != NULL) {
-        PyErr_Format(type, "%U: %U", location, detail);
-        Py_DECREF(location);
-    }
-    Py_DECREF(detail);
+    Py_XDECREF(key);
     return -1;
 }
 

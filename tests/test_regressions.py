@@ -18,11 +18,14 @@ import pytest
 import spanpack
 
 
-def run_child(code, timeout=120):
+def run_child(code, timeout=120, **extra_env):
     """Run `code` in a fresh interpreter (same environment, so an ASan build's
-    LD_PRELOAD carries over); return (returncode, combined output)."""
+    LD_PRELOAD carries over, plus `extra_env`); return (returncode, combined
+    output)."""
     env = dict(os.environ)
     env.setdefault("PYTHONFAULTHANDLER", "1")
+    for name, value in extra_env.items():
+        env.setdefault(name, value)
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
@@ -373,4 +376,53 @@ def test_span_code_replacing_fields_while_span_is_written(version, trigger, form
         .replace("FORM", repr(form))
     )
     returncode, output = run_child(code)
+    assert returncode == 0 and output.strip().endswith("ok"), output[-3000:]
+
+
+# ---------------------------------------------------------------------------
+# Found in review: an error message names the metrics key after formatting
+# the value, and an int subclass's __repr__ (Python code) could drop the
+# metrics dict -- and with it the key -- in between (use-after-free: a crash
+# on 3.12, freed memory printed as the key elsewhere).
+
+METRIC_REPR_CHILD = """
+    import spanpack
+
+    class Span:
+        __slots__ = ("trace_id", "span_id", "parent_id", "service", "name", "resource",
+                     "span_type", "start_ns", "duration_ns", "error", "meta", "metrics",
+                     "meta_struct", "links", "events")
+
+    span = Span()
+    for name in Span.__slots__:
+        setattr(span, name, None)
+    span.trace_id, span.span_id, span.name, span.start_ns = 1, 2, "n", 1
+
+    class Evil(int):
+        def __repr__(self):
+            if HOW == "clear":
+                span.metrics.clear()
+            else:
+                span.metrics = None
+            junk = ["x" * 40 + str(i) for i in range(1000)]
+            return "Evil"
+
+    for version in ("v0.4", "v0.5"):
+        span.metrics = {"".join(["k", "e", "y"]) * 10: Evil(2**70)}
+        try:
+            spanpack.TraceMsgPackEncoder(version).encode_traces([[span]])
+        except ValueError as error:
+            assert "metrics key 'keykeykeykeykeykeykeykeykeykey'" in str(error), str(error)
+        else:
+            raise AssertionError("no error")
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("how", ["clear", "replace"])
+def test_value_repr_dropping_the_key_named_in_the_error(how):
+    code = textwrap.dedent(METRIC_REPR_CHILD).replace("HOW", repr(how))
+    # Debug allocator hooks (unless an ASan run set its own): freed memory is
+    # overwritten, so a key read after it was freed shows in the message.
+    returncode, output = run_child(code, PYTHONMALLOC="debug")
     assert returncode == 0 and output.strip().endswith("ok"), output[-3000:]

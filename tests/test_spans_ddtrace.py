@@ -211,6 +211,18 @@ def test_origin_read_from_context_meta_or_through_dd_origin(version):
     property_only.context = _ContextWithoutMeta("synthetics")
     assert_all_paths_equal(expected, spanpack_paths(version, [[property_only]], "ddtrace"))
 
+    class OverridingContext(type(with_meta.context)):
+        """A Context subclass whose dd_origin is not its _meta entry."""
+
+        @property
+        def dd_origin(self):
+            return "synthetics"
+
+    overriding = _span()
+    overriding.context = OverridingContext(trace_id=overriding.trace_id, span_id=overriding.span_id)
+    overriding.context._meta["_dd.origin"] = "stale"
+    assert_all_paths_equal(expected, spanpack_paths(version, [[overriding]], "ddtrace"))
+
     no_context = _span()
     no_context.context = None
     no_origin = _span()
