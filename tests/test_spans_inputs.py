@@ -561,8 +561,10 @@ def test_intern_stats_show_hits_for_repeated_strings():
     before = encoder._intern_stats()
     payload = encoder.encode_traces([spans])
     stats = encoder._intern_stats()
-    # The same str objects in 10 spans: the first use misses, the other 9 hit.
-    assert stats["hits"] - before["hits"] >= 3 * 9
+    # The same str objects in 10 spans: the first use is remembered, the
+    # second stores the encoding (admission on the second sighting), the
+    # other 8 hit.
+    assert stats["hits"] - before["hits"] >= 3 * 8
     assert stats["entries"] >= 3
     assert payload == spanpack.TraceMsgPackEncoder("v0.4", intern=False).encode_traces([spans])
     again = encoder.encode_traces([spans])
