@@ -54,4 +54,12 @@ PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
 #define SP_ALWAYS_INLINE inline
 #endif
 
+/* Mixed bits of an object's address (Fibonacci hashing; objects are 16-byte
+ * aligned, so the low bits carry nothing): take the high bits wanted. */
+static inline uint64_t
+sp_hash_address(const void *address)
+{
+    return (uint64_t)((uintptr_t)address >> 4) * 0x9E3779B97F4A7C15ULL;
+}
+
 #endif /* SPANPACK_COMPAT_H */

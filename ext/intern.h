@@ -69,8 +69,7 @@ strcache_tag_of(const PyObject *key)
 static inline size_t
 strcache_index_of(const PyObject *key)
 {
-    uintptr_t bits = (uintptr_t)key >> 4;
-    return (size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 32) & (STRCACHE_SLOTS - 1);
+    return (size_t)(sp_hash_address(key) >> 32) & (STRCACHE_SLOTS - 1);
 }
 
 /* Start loading what a probe for `key` reads: its tags, and with `slot` its

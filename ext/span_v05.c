@@ -17,9 +17,6 @@
 /* A string reference.  Written at once when the table is the payload's; in
  * an encoded trace's own table only 0 and 1 mean the same as in every
  * payload, so the others become holes. */
-/* A string reference.  Written at once when the table is the payload's; in
- * an encoded trace's own table only 0 and 1 mean the same as in every
- * payload, so the others become holes. */
 static inline int
 v05_write_index(SpanWriter *w, uint32_t index)
 {

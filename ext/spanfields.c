@@ -103,8 +103,7 @@ list_required_span_fields(SpanFieldReader *reader)
 static size_t
 key_slot(const PyObject *key)
 {
-    uintptr_t bits = (uintptr_t)key >> 4;
-    return (size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 40) & (SPAN_KEY_TABLE_SIZE - 1);
+    return (size_t)(sp_hash_address(key) >> 40) & (SPAN_KEY_TABLE_SIZE - 1);
 }
 
 static void
@@ -348,10 +347,6 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
             layout->line_offsets[layout->line_count++] = line;
         }
     }
-    layout->all_span_fields_in_slots = 1;
-    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
-        layout->all_span_fields_in_slots &= offsets[i] != 0;
-    }
     layout->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     layout->version_tag = type->tp_version_tag;
     reader->last_layout = (int)(layout - reader->layouts);
@@ -361,6 +356,13 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
 
 /* getattr along a str or a tuple path; an AttributeError anywhere (or None
  * part-way along a path) means "absent". */
+/* Bit i set for every field i in [first, last]. */
+static inline uint32_t
+fields_mask(SpanField first, SpanField last)
+{
+    return ((2u << last) - 1) & ~((1u << first) - 1);
+}
+
 static int
 get_attribute(PyObject *obj, PyObject *attribute, PyObject **value)
 {
@@ -430,8 +432,7 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
         Py_ssize_t offset = layout->offset[i];
         values->value[i] = offset != 0 ? Py_XNewRef(*(PyObject **)((char *)span + offset)) : NULL;
     }
-    uint32_t in_range = ((2u << last) - 1) & ~((1u << first) - 1);
-    uint32_t pending = layout->getattr_fields & in_range;
+    uint32_t pending = layout->getattr_fields & fields_mask(first, last);
     while (pending != 0) {
         int i = __builtin_ctz(pending);
         pending &= pending - 1;
@@ -521,11 +522,21 @@ spanvalues_release(SpanValues *values)
     }
 }
 
+/* Values read without references (see SpanValues). */
+static void
+mark_borrowed(SpanValues *values)
+{
+    values->first = SF_SPAN_ID;
+    values->last = SF_EVENTS;
+    values->borrowed = 1;
+    values->failed = -1;
+}
+
 /* A dict span's per-span fields straight from its entries, when every key is
  * an interned str: two interned str are equal only if they are the same
  * object, so matching keys by address finds every field present, and a field
  * not matched is absent.  Borrowed values; 0 when the dict does not qualify
- * (then nothing is set). */
+ * (the values are then left to be read again). */
 static int
 read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValues *values)
 {
@@ -533,7 +544,9 @@ read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValue
     if (!pydict_entries(span, &entries) || entries.stride != 2) {
         return 0; /* only dicts whose keys are all str */
     }
-    PyObject *found[SF_COUNT] = {NULL};
+    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+        values->value[i] = NULL;
+    }
     PyObject *const *entry = entries.keys;
     for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
         if (entry[1] == NULL) {
@@ -543,13 +556,11 @@ read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValue
             return 0;
         }
         int field = field_of_key(reader, entry[0]);
-        if (field >= 0) {
-            found[field] = entry[1];
+        if (field >= SF_SPAN_ID && field <= SF_EVENTS) {
+            values->value[field] = entry[1];
         }
     }
-    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
-        values->value[i] = found[i];
-    }
+    mark_borrowed(values);
     return 1;
 }
 
@@ -557,25 +568,19 @@ int
 spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, SpanValues *values)
 {
 #ifndef Py_GIL_DISABLED /* without the GIL another thread could free them */
+    const uint32_t span_fields = fields_mask(SF_SPAN_ID, SF_EVENTS);
     if (may_borrow && PyDict_Check(span)) {
         if (read_dict_span_in_place(reader, span, values)) {
-            values->first = SF_SPAN_ID;
-            values->last = SF_EVENTS;
-            values->borrowed = 1;
-            values->failed = -1;
             return 0;
         }
     }
     else if (may_borrow) {
         const SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
-        if (layout->all_span_fields_in_slots) {
-            values->first = SF_SPAN_ID;
-            values->last = SF_EVENTS;
-            values->borrowed = 1;
-            values->failed = -1;
+        if ((layout->getattr_fields & span_fields) == 0) {
             for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
                 values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
             }
+            mark_borrowed(values);
             return 0;
         }
     }

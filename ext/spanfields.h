@@ -41,10 +41,6 @@ typedef struct {
     /* Byte offset of the field's slot in instances, or 0: use getattr. */
     Py_ssize_t offset[SF_COUNT];
     uint32_t getattr_fields; /* bit i set: field i is read with getattr */
-    /* Every per-span field (SF_SPAN_ID..SF_EVENTS) is a slot: the common case
-     * of a __slots__ class (and ddtrace's Span), read without any branch on
-     * where each field lives. */
-    int all_span_fields_in_slots;
     /* The slot offsets of the per-span fields worth prefetching, packed for
      * spanfields_prefetch. */
     Py_ssize_t slot_offsets[SF_COUNT];

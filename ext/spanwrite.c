@@ -603,9 +603,6 @@ write_dict_entries_checked(SpanWriter *w, PyObject *dict, const char *field,
                            EntryWriter write_entry, Py_ssize_t *written)
 {
     *written = 0;
-    if (dict == NULL || dict == Py_None) {
-        return 0;
-    }
     if (w->lenient) {
         return write_dict_entries_lenient(w, dict, field, write_entry, written);
     }

@@ -255,7 +255,8 @@ map_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count)
  * dict), so entries are held and the dict re-checked after each; when 0
  * (text and numbers only) the plain loop suffices. */
 typedef int (*EntryWriter)(SpanWriter *w, PyObject *key, PyObject *value);
-/* The lenient loop, and the loop for entry writers that may run Python code. */
+/* The lenient loop, and the loop for entry writers that may run Python code;
+ * `dict` is a non-empty dict (write_dict_entries handles the rest). */
 int write_dict_entries_checked(SpanWriter *w, PyObject *dict, const char *field,
                                EntryWriter write_entry, Py_ssize_t *written);
 
@@ -313,6 +314,14 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
     return write_dict_entries_checked(w, dict, field, write_entry, written);
 }
 
+/* Absent, None or an empty list: a links/events field with nothing to convert. */
+static inline int
+no_list_items(PyObject *value)
+{
+    return value == NULL || value == Py_None ||
+           (PyList_CheckExact(value) && PyList_GET_SIZE(value) == 0);
+}
+
 /* Could writing this span run Python code (after its fields are read)?  Only
  * these do: an int subclass's __bool__ / __index__ for `error`, converting
  * links or events, packing meta_struct values, looking `_dd.p.tid` up in a
@@ -326,10 +335,7 @@ span_may_run_python(const SpanWriter *w, const SpanValues *v, const TraceInfo *i
     return w->lenient ||
            !(error == NULL || error == Py_None || PyLong_CheckExact(error) ||
              PyBool_Check(error)) ||
-           !(links == NULL || links == Py_None ||
-             (PyList_CheckExact(links) && PyList_GET_SIZE(links) == 0)) ||
-           !(events == NULL || events == Py_None ||
-             (PyList_CheckExact(events) && PyList_GET_SIZE(events) == 0)) ||
+           !no_list_items(links) || !no_list_items(events) ||
            !(meta_struct == NULL || meta_struct == Py_None ||
              (PyDict_CheckExact(meta_struct) && PyDict_GET_SIZE(meta_struct) == 0)) ||
            (w->span_index == 0 && info->trace_id_high != 0);
