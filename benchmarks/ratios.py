@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 
+from spanpack.bench import fmt_time
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -54,15 +56,6 @@ def load(json_path, stat):
             continue
         table.setdefault(case, {})[contender] = bench["stats"][stat]
     return table
-
-
-def fmt_time(seconds):
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return "%.3g %s" % (seconds / scale, unit)
-    return "%.3g ns" % (seconds / 1e-9)
 
 
 def report(table, stat):

@@ -669,18 +669,21 @@ def TestOneInput(data: bytes) -> None:
 # ---------------------------------------------------------------------------
 # Drivers
 
-def random_driver(iterations: int, seed: int, max_len: int = 512, seconds: float = 0) -> int:
-    """Feed TestOneInput seeded random inputs; returns the executions done."""
+def run_random(test_one_input, iterations: int, seed: int, lengths, min_len: int = 1,
+               seconds: float = 0) -> int:
+    """Feed `test_one_input` seeded random inputs (sizes up to one of
+    `lengths`) for `iterations` runs, or `seconds` when iterations is 0;
+    returns the executions done.  Shared by both harnesses."""
     rng = random.Random(seed)
     deadline = time.monotonic() + seconds if seconds else None
     done = 0
     while done < iterations or (iterations == 0 and deadline):
         if deadline and time.monotonic() > deadline:
             break
-        length = rng.choice([8, 32, 64, 128, 256, max_len])
-        data = rng.randbytes(rng.randrange(1, length + 1))
+        length = rng.choice(lengths)
+        data = rng.randbytes(rng.randrange(min_len, length + 1))
         try:
-            TestOneInput(data)
+            test_one_input(data)
         except BaseException:
             sys.stderr.write(f"failing input (seed {seed}, iteration {done}): {data.hex()}\n")
             raise
@@ -688,7 +691,10 @@ def random_driver(iterations: int, seed: int, max_len: int = 512, seconds: float
     return done
 
 
-def main(argv) -> None:
+def run_main(argv, test_one_input, random_driver, report=None) -> None:
+    """A harness's command line: --random/--seconds/--seed with the seeded
+    driver, --replay of one input, or else a run under atheris.  `report`,
+    if given, prints extra lines after a random run."""
     if "--random" in argv or "--replay" in argv:
         import argparse
 
@@ -700,18 +706,29 @@ def main(argv) -> None:
         args = parser.parse_args(argv[1:])
         if args.replay:
             text = open(args.replay).read() if os.path.exists(args.replay) else args.replay
-            TestOneInput(bytes.fromhex(text.strip()))
+            test_one_input(bytes.fromhex(text.strip()))
             print("replayed without failure")
             return
         start = time.monotonic()
         done = random_driver(args.random, args.seed, seconds=args.seconds)
+        if report is not None:
+            report()
         print(f"{done} executions in {time.monotonic() - start:.1f} s, no failure")
         return
     import atheris
 
     atheris.instrument_all()
-    atheris.Setup(argv, TestOneInput)
+    atheris.Setup(argv, test_one_input)
     atheris.Fuzz()
+
+
+def random_driver(iterations: int, seed: int, seconds: float = 0) -> int:
+    """Feed TestOneInput seeded random inputs; returns the executions done."""
+    return run_random(TestOneInput, iterations, seed, (8, 32, 64, 128, 256, 512), 1, seconds)
+
+
+def main(argv) -> None:
+    run_main(argv, TestOneInput, random_driver)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import msgpack
 import spanpack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fuzz_packer import Input  # noqa: E402  (the byte consumer shared by both harnesses)
+from fuzz_packer import Input, run_main, run_random  # noqa: E402  (shared by both harnesses)
 
 # See fuzz_packer.py: constructs behind fixed bugs, on unless FUZZ_INCLUDE_KNOWN=0.
 INCLUDE_KNOWN = os.environ.get("FUZZ_INCLUDE_KNOWN", "1") != "0"
@@ -815,51 +815,19 @@ def TestOneInput(data: bytes) -> None:
         pass
 
 
-def random_driver(iterations: int, seed: int, max_len: int = 2048, seconds: float = 0) -> int:
-    rng = random.Random(seed)
-    deadline = time.monotonic() + seconds if seconds else None
-    done = 0
-    while done < iterations or (iterations == 0 and deadline):
-        if deadline and time.monotonic() > deadline:
-            break
-        length = rng.choice([64, 256, 512, 1024, max_len])
-        data = rng.randbytes(rng.randrange(2, length + 1))
-        try:
-            TestOneInput(data)
-        except BaseException:
-            sys.stderr.write(f"failing input (seed {seed}, iteration {done}): {data.hex()}\n")
-            raise
-        done += 1
-    return done
+def random_driver(iterations: int, seed: int, seconds: float = 0) -> int:
+    """Feed TestOneInput seeded random inputs; returns the executions done."""
+    return run_random(TestOneInput, iterations, seed, (64, 256, 512, 1024, 2048), 2, seconds)
+
+
+def report_stats() -> None:
+    if os.environ.get("FUZZ_STATS"):
+        for name, count in sorted(STATS.items()):
+            print(f"  {name}: {count}")
 
 
 def main(argv) -> None:
-    if "--random" in argv or "--replay" in argv:
-        import argparse
-
-        parser = argparse.ArgumentParser()
-        parser.add_argument("--random", type=int, default=0)
-        parser.add_argument("--seconds", type=float, default=0)
-        parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--replay")
-        args = parser.parse_args(argv[1:])
-        if args.replay:
-            text = open(args.replay).read() if os.path.exists(args.replay) else args.replay
-            TestOneInput(bytes.fromhex(text.strip()))
-            print("replayed without failure")
-            return
-        start = time.monotonic()
-        done = random_driver(args.random, args.seed, seconds=args.seconds)
-        if os.environ.get("FUZZ_STATS"):
-            for name, count in sorted(STATS.items()):
-                print(f"  {name}: {count}")
-        print(f"{done} executions in {time.monotonic() - start:.1f} s, no failure")
-        return
-    import atheris
-
-    atheris.instrument_all()
-    atheris.Setup(argv, TestOneInput)
-    atheris.Fuzz()
+    run_main(argv, TestOneInput, random_driver, report_stats)
 
 
 if __name__ == "__main__":

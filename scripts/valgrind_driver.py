@@ -16,18 +16,9 @@ import os
 import sys
 
 import spanpack
+from spanpack import samples
 
 ROUNDS = int(os.environ.get("SPANPACK_VALGRIND_ROUNDS", "3"))
-
-
-class Slotted:
-    __slots__ = ("trace_id", "span_id", "parent_id", "service", "name", "resource",
-                 "span_type", "start_ns", "duration_ns", "error", "meta", "metrics",
-                 "meta_struct", "links", "events", "origin")
-
-    def __init__(self, **fields):
-        for key, value in fields.items():
-            setattr(self, key, value)
 
 
 class Plain:
@@ -80,7 +71,7 @@ def fields(index, **overrides):
 
 
 def traces_of(form, count=3, size=4):
-    make = {"dict": dict, "plain": lambda **f: Plain(**f), "slotted": lambda **f: Slotted(**f),
+    make = {"dict": dict, "plain": lambda **f: Plain(**f), "slotted": lambda **f: samples.SampleSpan(**f),
             "renamed": lambda **f: Renamed(**f)}[form]
     return [[make(**fields(i)) for i in range(size)] for _ in range(count)]
 

@@ -23,6 +23,7 @@ import tracemalloc
 import pytest
 
 import spanpack
+from spanpack import samples
 
 SPANS = int(os.environ.get("SPANPACK_LEAK_SPANS", "100000"))
 CHUNKS = 20
@@ -48,16 +49,6 @@ def text(value):
 
 # ---------------------------------------------------------------------------
 # Span inputs, built once and reused by every call.
-
-class SlottedSpan:
-    __slots__ = ("trace_id", "span_id", "parent_id", "service", "name", "resource",
-                 "span_type", "start_ns", "duration_ns", "error", "meta", "metrics",
-                 "meta_struct", "links", "events", "origin")
-
-    def __init__(self, **fields):
-        for key, value in fields.items():
-            setattr(self, key, value)
-
 
 class PlainSpan:
     def __init__(self, **fields):
@@ -104,7 +95,7 @@ def span_fields(index, **overrides):
 
 
 def make_trace(size=10, form=None):
-    forms = [dict, SlottedSpan, PlainSpan] if form is None else [form]
+    forms = [dict, samples.SampleSpan, PlainSpan] if form is None else [form]
     trace = []
     for index in range(size):
         make = forms[index % len(forms)]
@@ -372,7 +363,7 @@ def watched_objects():
         for span in trace:
             objects.append(span)
             fields = span if isinstance(span, dict) else {
-                name: getattr(span, name, None) for name in SlottedSpan.__slots__
+                name: getattr(span, name, None) for name in samples.FIELDS
                 if not isinstance(span, RaisingSpan) or name != "resource"}
             for value in fields.values():
                 if isinstance(value, (dict, list)):
