@@ -107,7 +107,9 @@ spanpack_exec(PyObject *module)
         import_attribute("spanpack._extras", "links_for_v04", &state->links_for_v04) < 0 ||
         import_attribute("spanpack._extras", "links_json", &state->links_json) < 0 ||
         import_attribute("spanpack._extras", "events_for_v04", &state->events_for_v04) < 0 ||
-        import_attribute("spanpack._extras", "events_json", &state->events_json) < 0) {
+        import_attribute("spanpack._extras", "events_json", &state->events_json) < 0 ||
+        import_attribute("spanpack._extras", "links_for_v10", &state->links_for_v10) < 0 ||
+        import_attribute("spanpack._extras", "events_for_v10", &state->events_for_v10) < 0) {
         return -1;
     }
     if (!PyType_Check(state->ext_type) || !PyType_Check(state->timestamp_type)) {
@@ -136,6 +138,8 @@ spanpack_exec(PyObject *module)
     X(links_json)                                                                                  \
     X(events_for_v04)                                                                              \
     X(events_json)                                                                                 \
+    X(links_for_v10)                                                                               \
+    X(events_for_v10)                                                                              \
     X(str_items)                                                                                   \
     X(str_code)                                                                                    \
     X(str_data)                                                                                    \

@@ -1,5 +1,5 @@
-/* Joining encoded traces into v0.4 and v0.5 payloads. */
-#include "payload.h"
+/* Joining encoded traces into v0.4, v0.5 and v1.0 payloads. */
+#include "v10.h"
 
 /* The first two entries of every v0.5 string table, as in the reference
  * tracer: "" (also what None maps to) and the origin key. */
@@ -54,7 +54,9 @@ part_init(EncodedPart *part, SpanpackState *state, int version)
     if (outbuf_init_raw(&part->body, 4096) < 0) {
         return -1;
     }
-    if (version == 5 &&
+    /* v1.0 parts share v0.5's seed: only referenced entries ever reach a
+     * payload. */
+    if (version != 4 &&
         (strtable_init(&part->strings, 1) < 0 || seed_table(&part->strings, state, NULL) < 0)) {
         part_free(part);
         return -1;
@@ -130,6 +132,14 @@ payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssiz
         payload_free(payload);
         return -1;
     }
+    /* v1.0: id 0 is the empty string, never streamed. */
+    uint32_t empty;
+    if (version == V10_VERSION &&
+        (strtable_init(&payload->table, 1) < 0 ||
+         strtable_index(&payload->table, state->str_empty, NULL, NULL, &empty) < 0)) {
+        payload_free(payload);
+        return -1;
+    }
     return 0;
 }
 
@@ -142,12 +152,16 @@ payload_free(PayloadBuilder *payload)
     if (payload->table.strings != NULL) {
         strtable_free(&payload->table);
     }
+    Py_CLEAR(payload->preamble);
 }
 
 /* Everything in front of the traces: for v0.5 `92`, the table and its header. */
 static Py_ssize_t
 payload_prefix_size(const PayloadBuilder *payload)
 {
+    if (payload->version == V10_VERSION) {
+        return v10_prefix_size(payload);
+    }
     Py_ssize_t size = array_header_size(payload->trace_count);
     if (payload->version == 5) {
         size += 1 + array_header_size(payload->table.count) + outbuf_len(&payload->table.encoded);
@@ -173,7 +187,7 @@ void
 payload_rollback(PayloadBuilder *payload, PayloadMark mark)
 {
     outbuf_truncate(&payload->body, mark.body_len);
-    if (payload->version == 5) {
+    if (payload->version != 4) {
         strtable_rollback(&payload->table, mark.table_count, mark.table_len);
     }
     payload->trace_count = mark.trace_count;
@@ -226,9 +240,10 @@ payload_append(PayloadBuilder *payload, const EncodedPart *part)
         return -1;
     }
     PayloadMark mark = payload_mark(payload);
-    int result = payload->version == 5
-                     ? append_with_indexes(payload, part)
-                     : outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body));
+    int result = payload->version == 5             ? append_with_indexes(payload, part)
+                 : payload->version == V10_VERSION ? v10_append_part(payload, part)
+                                                   : outbuf_write(&payload->body, part->body.start,
+                                                                  outbuf_len(&part->body));
     if (result < 0) {
         if (payload->body.bytes != NULL) {
             payload_rollback(payload, mark);
@@ -255,13 +270,18 @@ payload_finish(PayloadBuilder *payload)
         memmove(start + prefix, start + payload->reserve, (size_t)traces_len);
     }
     OutBuf head = {start, start, start + prefix, NULL};
-    if (payload->version == 5) {
+    if (payload->version == V10_VERSION) {
+        v10_put_prefix(payload, &head);
+    }
+    else if (payload->version == 5) {
         mp_put_byte(&head, 0x92);
         mp_put_array_header(&head, payload->table.count);
         memcpy(head.pos, payload->table.encoded.start, (size_t)outbuf_len(&payload->table.encoded));
         head.pos += outbuf_len(&payload->table.encoded);
     }
-    mp_put_array_header(&head, (uint32_t)payload->trace_count);
+    if (payload->version != V10_VERSION) {
+        mp_put_array_header(&head, (uint32_t)payload->trace_count);
+    }
     payload->body.pos = start + prefix + traces_len;
     PyObject *result = outbuf_finish_bytes(&payload->body);
     payload_free(payload);

@@ -1,7 +1,7 @@
 /* Encoded traces and the payloads built from them.
  *
- * An EncodedPart is one trace as written by the v0.4 or v0.5 span writer
- * (for v0.5 with its own string table and holes).  A PayloadBuilder appends
+ * An EncodedPart is one trace as written by the v0.4, v0.5 or v1.0 span
+ * writer (for v0.5 and v1.0 with its own string table and holes).  A PayloadBuilder appends
  * parts into one agent payload, all-or-nothing per part, and finishes it into
  * a bytes object in place. */
 #ifndef SPANPACK_PAYLOAD_H
@@ -11,8 +11,8 @@
 
 typedef struct {
     OutBuf body;
-    StringTable strings; /* v0.5 */
-    HoleList holes;      /* v0.5 */
+    StringTable strings; /* v0.5, v1.0 */
+    HoleList holes;      /* v0.5, v1.0 */
 } EncodedPart;
 
 int part_init(EncodedPart *part, SpanpackState *state, int version);
@@ -30,8 +30,10 @@ typedef struct {
     int version;
     OutBuf body;        /* bytes-backed; `reserve` bytes, then the traces */
     Py_ssize_t reserve; /* room left in front for the headers */
-    StringTable table;  /* v0.5: the payload's string table */
+    StringTable table;  /* v0.5: the payload's string table; v1.0: the strings
+                           streamed so far, by id */
     Py_ssize_t trace_count;
+    PyObject *preamble; /* v1.0: see v10_payload_start; NULL otherwise */
 } PayloadBuilder;
 
 /* `reserve`: PAYLOAD_PREFIX_RESERVE, or the exact header size when the trace

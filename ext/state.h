@@ -31,6 +31,8 @@ typedef struct {
     PyObject *links_json;
     PyObject *events_for_v04;
     PyObject *events_json;
+    PyObject *links_for_v10;
+    PyObject *events_for_v10;
 
     /* Interned attribute names. */
     PyObject *str_items;

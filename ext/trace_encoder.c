@@ -7,7 +7,7 @@
  *            short step that runs no Python code, so a failed trace leaves the
  *            buffer untouched and concurrent put()/encode() never tear.
  *            encode() -> [(payload, trace_count), ...]. */
-#include "payload.h"
+#include "v10.h"
 
 #include <structmember.h>
 
@@ -18,7 +18,7 @@
 typedef struct {
     PyObject_HEAD
     SpanpackState *state;
-    int version; /* 4 or 5 */
+    int version; /* 4, 5 or V10_VERSION */
     int lenient;
     int native_span_events;
     SpanFieldReader reader;
@@ -41,6 +41,8 @@ typedef struct {
     int active_encodes;
     /* Capacity to start a one-shot payload with: the last one's size. */
     Py_ssize_t size_hint;
+    /* v1.0: the payload fields in front of the chunks (v10.h); else NULL. */
+    PyObject *preamble;
 } TraceEncoderObject;
 
 typedef struct {
@@ -66,7 +68,7 @@ writer_init(TraceEncoderObject *self, SpanWriter *w, OutBuf *out, EncodedPart *p
     w->native_span_events = self->native_span_events;
     w->trace_index = trace_index;
     w->out = out;
-    if (self->version == 5 && part != NULL) {
+    if (self->version != 4 && part != NULL) {
         w->strings = &part->strings;
         w->holes = &part->holes;
     }
@@ -86,6 +88,10 @@ write_into_payload(TraceEncoderObject *self, PayloadBuilder *payload, PyObject *
         w.strings = &payload->table;
         w.encode_string = payload_encode_table_entry;
         result = v05_write_trace(&w, trace);
+    }
+    else if (self->version == V10_VERSION) {
+        w.strings = &payload->table;
+        result = v10_write_trace(&w, trace);
     }
     else {
         result = v04_write_trace(&w, trace);
@@ -108,10 +114,35 @@ encode_part(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, Py_ssi
     part_reset(part);
     writer_init(self, &w, &part->body, part, index);
     self->active_encodes++;
-    int result = self->version == 5 ? v05_write_trace(&w, trace) : v04_write_trace(&w, trace);
+    int result = self->version == 5             ? v05_write_trace(&w, trace)
+                 : self->version == V10_VERSION ? v10_write_trace(&w, trace)
+                                                : v04_write_trace(&w, trace);
     self->active_encodes--;
     *dropped = w.dropped_tags;
     return result;
+}
+
+/* A payload of this encoder's version (and for v1.0 its preamble). */
+static int
+encoder_payload_init(TraceEncoderObject *self, PayloadBuilder *payload, Py_ssize_t capacity,
+                     Py_ssize_t reserve)
+{
+    if (payload_init(payload, self->state, self->version, capacity, reserve) < 0) {
+        return -1;
+    }
+    if (self->version == V10_VERSION && v10_payload_start(payload, self->preamble) < 0) {
+        payload_free(payload);
+        return -1;
+    }
+    return 0;
+}
+
+/* "v0.4", "v0.5" or "v1.0". */
+static PyObject *
+version_name(int version)
+{
+    return version == V10_VERSION ? PyUnicode_FromString("v1.0")
+                                  : PyUnicode_FromFormat("v0.%d", version);
 }
 
 /* ---------------------------------------------------------------------------
@@ -174,13 +205,15 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
                                "lenient",
                                "intern",
                                "native_span_events",
+                               "_preamble",
                                NULL};
     const char *version = "v0.4";
     PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL, *max_payload_size = NULL;
+    PyObject *preamble = Py_None;
     int lenient = 0, intern = 1, native_span_events = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOppp:TraceEncoder", keywords, &version,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOpppO:TraceEncoder", keywords, &version,
                                      &fields, &max_size, &max_item_size, &max_payload_size,
-                                     &lenient, &intern, &native_span_events)) {
+                                     &lenient, &intern, &native_span_events, &preamble)) {
         return -1;
     }
     if (self->active_encodes > 0) {
@@ -195,9 +228,19 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     else if (strcmp(version, "v0.5") == 0) {
         version_number = 5;
     }
+    else if (strcmp(version, "v1.0") == 0) {
+        version_number = V10_VERSION;
+    }
     else {
-        PyErr_Format(PyExc_ValueError, "version must be \"v0.4\" or \"v0.5\", not %R",
+        PyErr_Format(PyExc_ValueError, "version must be \"v0.4\", \"v0.5\" or \"v1.0\", not %R",
                      PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : Py_None);
+        return -1;
+    }
+    if (preamble != Py_None &&
+        (version_number != V10_VERSION || v10_check_preamble(preamble) < 0)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "payload fields are for version \"v1.0\" only");
+        }
         return -1;
     }
     Py_ssize_t max_size_value, max_item_value, max_payload_value;
@@ -213,6 +256,12 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     PayloadBuilder current;
     EncodedPart scratch;
     if (payload_init(&current, self->state, version_number, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+        spanfields_clear(&reader);
+        return -1;
+    }
+    if (version_number == V10_VERSION &&
+        v10_payload_start(&current, preamble == Py_None ? NULL : preamble) < 0) {
+        payload_free(&current);
         spanfields_clear(&reader);
         return -1;
     }
@@ -250,6 +299,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     self->max_item_size = max_item_value < max_size_value ? max_item_value : max_size_value;
     self->max_payload_size = max_payload_value;
     self->dropped_tags = 0;
+    Py_XSETREF(self->preamble, preamble == Py_None ? NULL : Py_NewRef(preamble));
     return 0;
 }
 
@@ -258,6 +308,7 @@ trace_encoder_traverse(TraceEncoderObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->sealed);
+    Py_VISIT(self->preamble);
     return spanfields_traverse(&self->reader, visit, arg);
 }
 
@@ -265,6 +316,7 @@ static int
 trace_encoder_clear(TraceEncoderObject *self)
 {
     Py_CLEAR(self->sealed);
+    Py_CLEAR(self->preamble);
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         Py_CLEAR(self->reader.layouts[i].type);
     }
@@ -307,8 +359,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     /* Start at the size of this encoder's previous payload: similar calls
      * then never grow the buffer. */
     Py_ssize_t capacity = self->size_hint > 0 ? self->size_hint : 16 * 1024;
-    if (payload_init(&payload, self->state, self->version, capacity, array_header_size(count)) <
-        0) {
+    if (encoder_payload_init(self, &payload, capacity, array_header_size(count)) < 0) {
         Py_DECREF(items);
         return NULL;
     }
@@ -377,18 +428,23 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
             return NULL;
         }
         if (((EncodedTraceObject *)item)->version != self->version) {
-            PyErr_Format(PyExc_ValueError,
-                         "join_encoded(): item %zd was encoded for v0.%d, "
-                         "this encoder writes v0.%d",
-                         i, ((EncodedTraceObject *)item)->version, self->version);
+            PyObject *item_version = version_name(((EncodedTraceObject *)item)->version);
+            PyObject *own_version = version_name(self->version);
+            if (item_version != NULL && own_version != NULL) {
+                PyErr_Format(PyExc_ValueError,
+                             "join_encoded(): item %zd was encoded for %U, "
+                             "this encoder writes %U",
+                             i, item_version, own_version);
+            }
+            Py_XDECREF(item_version);
+            Py_XDECREF(own_version);
             Py_DECREF(items);
             return NULL;
         }
         total += outbuf_len(&((EncodedTraceObject *)item)->part.body);
     }
     PayloadBuilder payload;
-    if (payload_init(&payload, self->state, self->version, total + 64, array_header_size(count)) <
-        0) {
+    if (encoder_payload_init(self, &payload, total + 64, array_header_size(count)) < 0) {
         Py_DECREF(items);
         return NULL;
     }
@@ -461,7 +517,7 @@ static int
 seal_current_and_start_new(TraceEncoderObject *self)
 {
     PayloadBuilder fresh;
-    if (payload_init(&fresh, self->state, self->version, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+    if (encoder_payload_init(self, &fresh, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
         return -1;
     }
     return seal_current(self, &fresh);
@@ -487,7 +543,7 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
     PayloadBuilder next;
     if (split) {
         payload_rollback(&self->current, mark);
-        if (payload_init(&next, self->state, self->version, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+        if (encoder_payload_init(self, &next, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
             return NULL;
         }
         if (payload_append(&next, part) < 0) {
@@ -596,7 +652,7 @@ trace_encoder_get_size(TraceEncoderObject *self, void *Py_UNUSED(closure))
 static PyObject *
 trace_encoder_get_version(TraceEncoderObject *self, void *Py_UNUSED(closure))
 {
-    return PyUnicode_FromFormat("v0.%d", self->version);
+    return version_name(self->version);
 }
 
 static PyObject *
@@ -697,7 +753,7 @@ encoded_trace_length(EncodedTraceObject *self)
 static PyObject *
 encoded_trace_get_version(EncodedTraceObject *self, void *Py_UNUSED(closure))
 {
-    return PyUnicode_FromFormat("v0.%d", self->version);
+    return version_name(self->version);
 }
 
 static PyGetSetDef encoded_trace_getset[] = {

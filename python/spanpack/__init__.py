@@ -1,14 +1,14 @@
 """spanpack: fast msgpack encoding of tracing spans into Datadog agent payloads.
 
 The core is the C extension ``spanpack._spanpack``; this package re-exports it
-and adds the thin Python layer (headers, sending).
+and adds the thin Python layer (headers, sending, agent versions).
 """
 
 __version__ = "0.1.0"
 
 from ._ext import ExtType, Timestamp
 from ._spanpack import BufferFull, BufferItemTooLarge, EncodedTrace, Packer, packb
-from .encoder import TraceMsgPackEncoder, payload_headers
+from .encoder import TraceMsgPackEncoder, agent_versions, payload_headers
 from .transport import send
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Packer",
     "Timestamp",
     "TraceMsgPackEncoder",
+    "agent_versions",
     "packb",
     "payload_headers",
     "send",

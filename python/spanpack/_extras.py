@@ -173,3 +173,90 @@ def events_for_v04(events: List[Any]) -> List[Dict[str, Any]]:
             }
         converted.append(out)
     return converted
+
+
+# ---------------------------------------------------------------------------
+# v1.0: links and events as integer-keyed maps.  The C writer packs the
+# result as plain msgpack, except that every str is written as a streamed
+# string (docs/wire-format-v1.md).
+
+# Value types of a v1.0 attribute triplet.
+_V1_STRING, _V1_BOOL, _V1_DOUBLE, _V1_INT, _V1_BYTES, _V1_ARRAY = 1, 2, 3, 4, 5, 6
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def links_for_v10(links: List[Any]) -> List[Dict[int, Any]]:
+    """Links: 1 trace id (16 bytes, big-endian), 2 span id, 3 attributes
+    (string triplets, lists flattened as in v0.4), 4 tracestate, 5 flags
+    (bit 31 set, as in v0.4, to say that they are present)."""
+    converted = []
+    for link in links:
+        fields = _link_dict(link)
+        out: Dict[int, Any] = {
+            1: int(fields["trace_id"], 16).to_bytes(16, "big"),
+            2: int(fields["span_id"], 16),
+        }
+        attributes = fields.get("attributes")
+        if attributes:
+            triplets: List[Any] = []
+            for key, value in attributes.items():
+                if not isinstance(key, str) or not isinstance(value, str):
+                    raise TypeError(f"span link attribute {key!r} must be str, not {value!r}")
+                triplets += [_truncate(key), _V1_STRING, _truncate(value)]
+            out[3] = triplets
+        tracestate = fields.get("tracestate")
+        if tracestate:
+            if not isinstance(tracestate, str):
+                raise TypeError(f"span link tracestate must be str, not {tracestate!r}")
+            out[4] = _truncate(tracestate)
+        flags = fields.get("flags")
+        if flags is not None:
+            if isinstance(flags, bool) or not isinstance(flags, int) or not 0 <= flags < 1 << 32:
+                raise TypeError(f"span link flags must be an int in [0, 2**32), not {flags!r}")
+            out[5] = flags | _FLAGS_SET_BIT
+        converted.append(out)
+    return converted
+
+
+def _v10_value(value: Any, nested: bool) -> List[Any]:
+    """[type, value] of one event attribute value."""
+    if isinstance(value, str):
+        return [_V1_STRING, _truncate(value)]
+    if isinstance(value, bool):
+        return [_V1_BOOL, value]
+    if isinstance(value, int):
+        if not _I64_MIN <= value <= _I64_MAX:
+            raise OverflowError(f"span event attribute {value!r} does not fit in int64")
+        return [_V1_INT, value]
+    if isinstance(value, float):
+        return [_V1_DOUBLE, value]
+    if isinstance(value, list) and not nested:
+        items: List[Any] = []
+        for item in value:
+            items += _v10_value(item, True)
+        return [_V1_ARRAY, items]
+    raise TypeError(f"unsupported span event attribute {value!r}")
+
+
+def events_for_v10(events: List[Any]) -> List[Dict[int, Any]]:
+    """Events: 1 time (ns), 2 name, 3 attributes as typed triplets (an array
+    value holds a type and a value per element)."""
+    converted = []
+    for event in events_for_v04(events):
+        out: Dict[int, Any] = {1: event["time_unix_nano"], 2: event["name"]}
+        attributes = _event_fields(event).get("attributes")
+        if attributes:
+            triplets: List[Any] = []
+            for key, value in attributes.items():
+                triplets += [key, *_v10_value(_plain_attribute(value), False)]
+            out[3] = triplets
+        converted.append(out)
+    return converted
+
+
+def _plain_attribute(native: Dict[str, Any]) -> Any:
+    """Back from events_for_v04's typed form to the value (already checked)."""
+    kind = native["type"]
+    if kind == _ARRAY:
+        return [_plain_attribute(item) for item in native["array_value"]["values"]]
+    return native[("string_value", "bool_value", "int_value", "double_value")[kind]]

@@ -1,0 +1,148 @@
+/* v1.0 payloads: the preamble in front of the chunks, and joining encoded
+ * traces into a payload's string stream. */
+#include "v10.h"
+
+/* No payload id yet: the string's first use in this payload writes it. */
+#define V10_UNSEEN UINT32_MAX
+
+int
+v10_check_preamble(PyObject *preamble)
+{
+    if (!PyTuple_CheckExact(preamble) || PyTuple_GET_SIZE(preamble) != 3 ||
+        !PyBytes_CheckExact(PyTuple_GET_ITEM(preamble, 0)) ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(preamble, 1)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(preamble, 2))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "the v1.0 preamble must be a tuple (bytes, int, tuple of str)");
+        return -1;
+    }
+    long fields = PyLong_AsLong(PyTuple_GET_ITEM(preamble, 1));
+    if (fields == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (fields < 0 || fields > 9) {
+        PyErr_SetString(PyExc_ValueError, "the v1.0 preamble holds 0 to 9 payload fields");
+        return -1;
+    }
+    PyObject *strings = PyTuple_GET_ITEM(preamble, 2);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(strings); i++) {
+        PyObject *str = PyTuple_GET_ITEM(strings, i);
+        if (!PyUnicode_CheckExact(str) || PyUnicode_GET_LENGTH(str) == 0) {
+            PyErr_SetString(PyExc_TypeError, "the v1.0 preamble strings must be non-empty str");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+v10_payload_start(PayloadBuilder *payload, PyObject *preamble)
+{
+    if (preamble == NULL) {
+        return 0;
+    }
+    PyObject *strings = PyTuple_GET_ITEM(preamble, 2);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(strings); i++) {
+        uint32_t index;
+        if (strtable_index(&payload->table, PyTuple_GET_ITEM(strings, i), NULL, NULL, &index) <
+            0) {
+            return -1;
+        }
+        if (index != (uint32_t)i + 1) {
+            PyErr_SetString(PyExc_ValueError, "the v1.0 preamble strings must be distinct");
+            return -1;
+        }
+    }
+    Py_XSETREF(payload->preamble, Py_NewRef(preamble));
+    return 0;
+}
+
+Py_ssize_t
+v10_prefix_size(const PayloadBuilder *payload)
+{
+    Py_ssize_t preamble = 0;
+    if (payload->preamble != NULL) {
+        preamble = PyBytes_GET_SIZE(PyTuple_GET_ITEM(payload->preamble, 0));
+    }
+    /* fixmap header, preamble, chunks key, chunks array header. */
+    return 1 + preamble + 1 + array_header_size(payload->trace_count);
+}
+
+void
+v10_put_prefix(const PayloadBuilder *payload, OutBuf *head)
+{
+    long fields = 0;
+    if (payload->preamble != NULL) {
+        PyObject *encoded = PyTuple_GET_ITEM(payload->preamble, 0);
+        /* Checked to be in [0, 9] by v10_check_preamble. */
+        fields = PyLong_AsLong(PyTuple_GET_ITEM(payload->preamble, 1));
+        mp_put_byte(head, (unsigned char)(0x80 | (fields + 1)));
+        memcpy(head->pos, PyBytes_AS_STRING(encoded), (size_t)PyBytes_GET_SIZE(encoded));
+        head->pos += PyBytes_GET_SIZE(encoded);
+    }
+    else {
+        mp_put_byte(head, 0x81);
+    }
+    mp_put_byte(head, V10_PAYLOAD_CHUNKS);
+    mp_put_array_header(head, (uint32_t)payload->trace_count);
+}
+
+int
+v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
+{
+    const StringTable *local = &part->strings;
+    StringTable *table = &payload->table;
+    uint32_t *ids = PyMem_Malloc((size_t)local->count * sizeof(uint32_t));
+    if (ids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int result = -1;
+    /* Room for the body, each hole as an id, and each string new to the
+     * payload as a str (header included). */
+    Py_ssize_t room = outbuf_len(&part->body) + part->holes.count * MP_MAX_HEADER;
+    for (uint32_t i = 0; i < local->count; i++) {
+        if (strtable_find(table, local->strings[i], local->hashes[i], &ids[i])) {
+            continue;
+        }
+        ids[i] = V10_UNSEEN;
+        Py_ssize_t size;
+        if (PyUnicode_AsUTF8AndSize(local->strings[i], &size) == NULL) {
+            goto error;
+        }
+        room += MP_MAX_HEADER + size;
+    }
+    if (outbuf_reserve(&payload->body, room) < 0) {
+        goto error;
+    }
+    const char *body = part->body.start;
+    Py_ssize_t copied = 0, body_len = outbuf_len(&part->body);
+    for (Py_ssize_t h = 0; h < part->holes.count; h++) {
+        const StringHole *hole = &part->holes.items[h];
+        memcpy(payload->body.pos, body + copied, (size_t)(hole->offset - copied));
+        payload->body.pos += hole->offset - copied;
+        copied = hole->offset;
+        uint32_t local_index = hole->local_index;
+        if (ids[local_index] != V10_UNSEEN) {
+            mp_put_uint(&payload->body, ids[local_index]);
+            continue;
+        }
+        /* First use in this payload: the str, which takes the next id. */
+        PyObject *str = local->strings[local_index];
+        Py_ssize_t size;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(str, &size);
+        if (utf8 == NULL || strtable_insert(table, str, local->hashes[local_index], NULL, NULL,
+                                            &ids[local_index]) < 0) {
+            goto error;
+        }
+        mp_put_str_header(&payload->body, (uint32_t)size, 1);
+        memcpy(payload->body.pos, utf8, (size_t)size);
+        payload->body.pos += size;
+    }
+    memcpy(payload->body.pos, body + copied, (size_t)(body_len - copied));
+    payload->body.pos += body_len - copied;
+    result = 0;
+error:
+    PyMem_Free(ids);
+    return result;
+}
