@@ -210,9 +210,9 @@ class DDTestAgent:
         headers: Optional[Mapping[str, Optional[str]]] = None,
         token: Optional[str] = None,
     ) -> Tuple[int, str]:
-        """PUT an encoded payload to /v0.4/traces or /v0.5/traces.
+        """PUT an encoded payload to /v0.4/traces, /v0.5/traces or /v1.0/traces.
 
-        ``version`` is "v0.4", "0.4", "v0.5" or "0.5".  The headers a Python
+        ``version`` is "v0.4", "0.4", "v0.5", "0.5", "v1.0" or "1.0".  The headers a Python
         tracer sends are filled in; ``trace_count`` becomes X-Datadog-Trace-Count
         (None leaves it out).  ``headers`` are applied last: a value of None
         removes that header.  ``token`` (default: the last ``start_session``
@@ -221,7 +221,7 @@ class DDTestAgent:
         Returns (HTTP status, body as text).
         """
         v = version[1:] if version.startswith("v") else version
-        if v not in ("0.4", "0.5"):
+        if v not in ("0.4", "0.5", "1.0"):
             raise ValueError("unsupported trace API version %r" % (version,))
         hdrs: Dict[str, Optional[str]] = {
             "Content-Type": "application/msgpack",
