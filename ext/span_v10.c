@@ -44,14 +44,16 @@ enum {
 
 /* The tags that leave a span's attributes for a field of their own: the
  * span's env, version, component and kind; `_dd.p.tid` (the chunk carries
- * the whole trace id), and on the first span the decision maker and the
- * sampling priority, which become chunk fields. */
+ * the whole trace id); `_dd.origin` when the trace has an origin (which
+ * takes its place, as in v0.4); and on the first span the decision maker
+ * and the sampling priority, which become chunk fields. */
 typedef enum {
     MOVED_ENV,
     MOVED_VERSION,
     MOVED_COMPONENT,
     MOVED_KIND,
     MOVED_TRACE_ID_HIGH,
+    MOVED_ORIGIN,
     MOVED_DECISION_MAKER,
     MOVED_PRIORITY,
     MOVED_COUNT
@@ -411,6 +413,11 @@ v10_scan_meta(V10Writer *v10, PyObject *meta, int first_span)
                     v10->trace_id_high = high;
                 }
                 v10_move(v10, MOVED_TRACE_ID_HIGH, key, value);
+            }
+            break;
+        case 10:
+            if (v10->origin != NULL && KEY_IS(key, ORIGIN_KEY)) {
+                v10_move(v10, MOVED_ORIGIN, key, value);
             }
             break;
         default:

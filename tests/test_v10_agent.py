@@ -124,6 +124,8 @@ def normalized(traces: List[List[Dict[str, Any]]]) -> str:
       back on every span; v0.4 has them on the first (or, for _dd.origin "",
       on each) only;
     * env / version / component "" are dropped by the test agent;
+    * an origin over 25,000 characters is truncated like every other string
+      (v0.4 writes it whole, as the reference tracer does);
     * absent vs None fields (service, type, duration), a parent_id or a
       link's trace_id_high of 0, a link's empty attributes;
     * metrics beyond int64 travel as doubles.
@@ -144,6 +146,9 @@ def normalized(traces: List[List[Dict[str, Any]]]) -> str:
                     del meta[key]
             if meta.get("_dd.origin") == "":
                 del meta["_dd.origin"]
+            origin = meta.get("_dd.origin")
+            if origin is not None and len(origin) > 25000:
+                meta["_dd.origin"] = origin[:2486] + "<truncated>..."
             if index > 0:
                 meta.pop("_dd.p.tid", None)
                 metrics.pop("_sampling_priority_v1", None)

@@ -276,3 +276,12 @@ def test_join_refuses_other_versions():
     part = spanpack.TraceMsgPackEncoder("v0.5").encode_trace([good_span()])
     with pytest.raises(ValueError, match="encoded for v0.5, this encoder writes v1.0"):
         spanpack.TraceMsgPackEncoder("v1.0").join_encoded([part])
+
+
+def test_trace_origin_replaces_origin_tag():
+    """A span's own _dd.origin tag gives way to the trace's origin (even
+    ""), as v0.4 overwrites it; without a trace origin it stays a tag."""
+    tagged = good_span(meta={"_dd.origin": "x"})
+    assert encode([[dict(tagged, origin="")]]) == chunk1(BASIC + "10 01", 7)
+    assert encode([[tagged]]) == chunk1(
+        BASIC + "09 93" + fs("_dd.origin") + "01" + fs("x") + "10 01", 8)
