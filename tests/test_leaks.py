@@ -115,7 +115,7 @@ def bad_trace(**overrides):
     return make_trace(9) + [dict(span_fields(9, **overrides))]
 
 
-# (v0.5 payloads carry no meta_struct, so that one only fails in v0.4.)
+# (v0.5 payloads carry no meta_struct, so that one only fails in v0.4 and v1.0.)
 BAD_TRACES = [
     bad_trace(meta={"k": 5}),                              # TypeError: meta value
     bad_trace(metrics={"k": "x"}),                         # TypeError: metric value
@@ -225,7 +225,7 @@ ENCODER_ARGS = {
 ENCODERS = {
     version: {name: spanpack.TraceMsgPackEncoder(version, **kwargs)
               for name, kwargs in ENCODER_ARGS.items()}
-    for version in ("v0.4", "v0.5")
+    for version in ("v0.4", "v0.5", "v1.0")
 }
 
 
@@ -278,7 +278,7 @@ def run_span_errors(version):
     def run(calls):
         encoder = ENCODERS[version]["plain"]
         bad_traces = [trace for trace in BAD_TRACES
-                      if version == "v0.4" or not (isinstance(trace[-1], dict)
+                      if version != "v0.5" or not (isinstance(trace[-1], dict)
                                                     and "meta_struct" in trace[-1])]
         count = len(bad_traces)
         for index in range(calls):
@@ -342,7 +342,7 @@ ENTRY_POINTS = {
     "packer_methods": (run_packer_methods, TRACE_LEN * 2 + 1),
     "packer_errors": (run_packer_errors, 1),
 }
-for _version in ("v0.4", "v0.5"):
+for _version in ("v0.4", "v0.5", "v1.0"):
     ENTRY_POINTS.update({
         f"encode_traces_{_version}": (run_encode_traces(_version), 2 * TRACE_LEN * TRACES_PER_CALL),
         f"put_encode_{_version}": (run_put_encode(_version), TRACE_LEN),
