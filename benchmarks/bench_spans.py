@@ -18,7 +18,9 @@ Also here:
 * test_intern: spanpack's string interning on and off (``intern=False``);
 * test_threads: put+encode from 1, 4 and 16 producer threads into one encoder,
   spanpack vs ddtrace (throughput in extra_info);
-* test_payload_size: bytes per span, v0.4 vs v0.5 (extra_info);
+* test_payload_size: bytes per span, v0.4 vs v0.5 vs v1.0 (extra_info);
+* test_v10_vs_v05: spanpack's v1.0 against its v0.5, one-shot and
+  put+encode (``python benchmarks/v10_vs_v05.py`` prints the table);
 * test_peak_memory: tracemalloc peak (and the peak RSS growth where Linux can
   report it) while encoding a ~20 MB v0.4 payload, spanpack vs ddtrace
   (extra_info; the timed part runs without tracemalloc).
@@ -209,11 +211,11 @@ def test_threads(benchmark, version, encoder_name, threads):
 # Bytes per span
 
 
-@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
 @pytest.mark.parametrize("shape", samples.shape_names())
 def test_payload_size(benchmark, shape, version):
     data = inputs(shape)
-    sizes = {v: len(data.reference(v)) for v in ("v0.4", "v0.5")}
+    sizes = {v: len(data.reference(v)) for v in ("v0.4", "v0.5", "v1.0")}
     encoder = spanpack.TraceMsgPackEncoder(version, max_size=BIG)
     benchmark.group = "payload size %s" % shape
     benchmark.extra_info.update(
@@ -225,8 +227,29 @@ def test_payload_size(benchmark, shape, version):
         v04_bytes_per_span=round(sizes["v0.4"] / data.spans, 1),
         v05_bytes_per_span=round(sizes["v0.5"] / data.spans, 1),
         v05_over_v04=round(sizes["v0.5"] / sizes["v0.4"], 3),
+        v10_bytes_per_span=round(sizes["v1.0"] / data.spans, 1),
+        v10_over_v05=round(sizes["v1.0"] / sizes["v0.5"], 3),
     )
     benchmark(encoder.encode_traces, data.slotted)
+
+
+@pytest.mark.parametrize("entry", ["encode_traces", "put_encode"])
+@pytest.mark.parametrize("version", ["v0.5", "v1.0"])
+@pytest.mark.parametrize("shape", samples.shape_names())
+def test_v10_vs_v05(benchmark, shape, version, entry):
+    data = inputs(shape)
+    encoder = spanpack.TraceMsgPackEncoder(version, max_size=BIG)
+    if entry == "encode_traces":
+        run = functools.partial(encoder.encode_traces, data.slotted)
+    else:
+        def run():
+            for trace in data.slotted:
+                encoder.put(trace)
+            return encoder.encode()
+    benchmark.group = "v1.0 vs v0.5 %s %s" % (shape, entry)
+    benchmark.extra_info.update(shape=shape, version=version, entry=entry, spans=data.spans,
+                                bytes_per_span=round(len(data.reference(version)) / data.spans, 1))
+    benchmark(run)
 
 
 # --------------------------------------------------------------------------------------------

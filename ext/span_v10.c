@@ -465,7 +465,7 @@ span_kind_number(PyObject *value)
 {
     static const char *const names[] = {"server", "client", "producer", "consumer"};
     Py_ssize_t size;
-    const char *text = value != NULL ? ascii_text(value, &size) : NULL;
+    const char *text = ascii_text(value, &size);
     if (text != NULL) {
         for (uint32_t i = 0; i < 4; i++) {
             if ((size_t)size == strlen(names[i]) && memcmp(text, names[i], (size_t)size) == 0) {
@@ -689,12 +689,13 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int has_duration = duration_obj != NULL && duration_obj != Py_None;
     int has = (service != NULL && service != Py_None) + (name != NULL && name != Py_None) +
               (resource != NULL && resource != Py_None) + (span_type != NULL && span_type != Py_None);
-    uint32_t fields = 3 /* span_id, start, kind */ + (uint32_t)has + (parent_id != 0) +
+    uint32_t fields = 2 /* span_id, start */ + (uint32_t)has + (parent_id != 0) +
                       has_duration + error_flag + (attributes > 0) +
                       (links_count > 0) + (events_count > 0) +
                       (v10->moved_key[MOVED_ENV] != NULL) +
                       (v10->moved_key[MOVED_VERSION] != NULL) +
-                      (v10->moved_key[MOVED_COMPONENT] != NULL);
+                      (v10->moved_key[MOVED_COMPONENT] != NULL) +
+                      (v10->moved_key[MOVED_KIND] != NULL);
     if (mp_write_map_header(w->out, fields) < 0 ||
         (service != NULL && service != Py_None &&
          v10_write_text_field(w, V10_SPAN_SERVICE, service, "service") < 0) ||
@@ -742,12 +743,17 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         (v10->moved_key[MOVED_VERSION] != NULL &&
          v10_write_text_field(w, V10_SPAN_VERSION, v10->moved_value[MOVED_VERSION], "meta") < 0) ||
         (v10->moved_key[MOVED_COMPONENT] != NULL &&
-         v10_write_text_field(w, V10_SPAN_COMPONENT, v10->moved_value[MOVED_COMPONENT], "meta") < 0) ||
-        outbuf_reserve(w->out, 2) < 0) {
+         v10_write_text_field(w, V10_SPAN_COMPONENT, v10->moved_value[MOVED_COMPONENT], "meta") < 0)) {
         goto error;
     }
-    mp_put_byte(w->out, V10_SPAN_KIND);
-    mp_put_uint(w->out, span_kind_number(v10->moved_value[MOVED_KIND]));
+    /* A span.kind tag: its OTel number (no tag: no kind, OTel's unspecified). */
+    if (v10->moved_key[MOVED_KIND] != NULL) {
+        if (outbuf_reserve(w->out, 2) < 0) {
+            goto error;
+        }
+        mp_put_byte(w->out, V10_SPAN_KIND);
+        mp_put_uint(w->out, span_kind_number(v10->moved_value[MOVED_KIND]));
+    }
     result = 0;
 error:
     v10_moved_release(v10);

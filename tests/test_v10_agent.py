@@ -118,8 +118,8 @@ def normalized(traces: List[List[Dict[str, Any]]]) -> str:
     """The agent's decoded traces with the differences v1.0 makes by design
     removed, as canonical JSON (NaN metrics compare equal as text):
 
-    * a span without a known span.kind comes back as "internal" (the kind
-      field is always written, OTel's internal by default);
+    * a span.kind tag other than server, client, producer, consumer comes
+      back as "internal" (the kind field holds OTel's numbers only);
     * the chunk's trace id high half, origin "", and sampling priority come
       back on every span; v0.4 has them on the first (or, for _dd.origin "",
       on each) only;
@@ -139,7 +139,7 @@ def normalized(traces: List[List[Dict[str, Any]]]) -> str:
                 del span["parent_id"]
             meta = dict(span.get("meta") or {})
             metrics = {k: _metric(v) for k, v in (span.get("metrics") or {}).items()}
-            if meta.get("span.kind") not in KNOWN_KINDS:
+            if "span.kind" in meta and meta["span.kind"] not in KNOWN_KINDS:
                 meta["span.kind"] = "internal"
             for key in MOVED_TEXT_TAGS:
                 if meta.get(key) == "":

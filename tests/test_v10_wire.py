@@ -67,8 +67,8 @@ BASIC = "01" + fs("s") + "02" + fs("n") + "03" + fs("r") + "04 02 06 05 07 07"
 
 def test_basic_span():
     """Payload map {11: chunks}; chunk {4: spans, 6: trace id}; span keys 1-7
-    then kind 16 = 1 (internal) when there is no span.kind tag."""
-    assert encode([[good_span()]]) == chunk1(BASIC + "10 01", 7)
+    (no span.kind tag: no kind key)."""
+    assert encode([[good_span()]]) == chunk1(BASIC, 6)
 
 
 def test_payload_fields_stream_first():
@@ -76,8 +76,8 @@ def test_payload_fields_stream_first():
     span's service equal to the env is then written as id 2."""
     payload = encode([[good_span(service="prod")]], language_name="python", env="prod",
                      runtime_id="")
-    expected = H("83 03", fs("python"), "07", fs("prod"), "0b 91 82 04 91 87",
-                 "01 02 02", fs("n"), "03", fs("r"), "04 02 06 05 07 07 10 01", TID1)
+    expected = H("83 03", fs("python"), "07", fs("prod"), "0b 91 82 04 91 86",
+                 "01 02 02", fs("n"), "03", fs("r"), "04 02 06 05 07 07", TID1)
     assert payload == expected
 
 
@@ -94,21 +94,21 @@ def test_payload_attributes():
 def test_repeated_strings_are_ids():
     """A string's second use is its id: "s" is id 1, so a resource "s" is 01."""
     payload = encode([[good_span(resource="s")]])
-    assert payload == chunk1("01" + fs("s") + "02" + fs("n") + "03 01 04 02 06 05 07 07 10 01", 7)
+    assert payload == chunk1("01" + fs("s") + "02" + fs("n") + "03 01 04 02 06 05 07 07", 6)
 
 
 def test_empty_string_is_id_zero():
     """"" is id 0, never written as a str; None leaves the field out."""
     payload = encode([[good_span(service="", resource=None)]])
-    assert payload == chunk1("01 00 02" + fs("n") + "04 02 06 05 07 07 10 01", 6)
+    assert payload == chunk1("01 00 02" + fs("n") + "04 02 06 05 07 07", 5)
 
 
 def test_ids_span_traces_and_payload():
     """Ids run across the whole payload: the second trace reuses ids 1-3."""
     second = good_span(trace_id=2, span_id=3)
     payload = encode([[good_span()], [second]])
-    span2 = "87 01 01 02 02 03 03 04 03 06 05 07 07 10 01"
-    assert payload == H("81 0b 92 82 04 91 87", BASIC, "10 01", TID1,
+    span2 = "86 01 01 02 02 03 03 04 03 06 05 07 07"
+    assert payload == H("81 0b 92 82 04 91 86", BASIC, TID1,
                         "82 04 91", span2, "06 c410" + "00" * 15 + "02")
 
 
@@ -116,7 +116,7 @@ def test_parent_error_type():
     """parent_id (5) only when non-zero; error (8) true only when set; type (10)."""
     payload = encode([[good_span(parent_id=9, error=1, span_type="web")]])
     assert payload == chunk1(BASIC[:BASIC.index("04 02")] + "04 02 05 09 06 05 07 07 08 c3 0a"
-                             + fs("web") + "10 01", 10)
+                             + fs("web"), 9)
 
 
 def test_attributes_triplets():
@@ -125,13 +125,13 @@ def test_attributes_triplets():
     span = good_span(meta={"k": "v"}, metrics={"i": 300, "f": 0.5}, meta_struct={"m": {"x": 1}})
     attributes = ("09 9c" + fs("k") + "01" + fs("v") + fs("i") + "04 cd012c"
                   + fs("f") + "03 cb 3fe0000000000000" + fs("m") + "05 c404 81" + fs("x") + "01")
-    assert encode([[span]]) == chunk1(BASIC + attributes + "10 01", 8)
+    assert encode([[span]]) == chunk1(BASIC + attributes, 7)
 
 
 def test_large_metric_int_is_double():
     """Ints in [2**63, 2**64) do not fit int64: a double."""
     span = good_span(metrics={"u": 2**64 - 1})
-    assert encode([[span]]) == chunk1(BASIC + "09 93" + fs("u") + "03 cb 43f0000000000000" + "10 01", 8)
+    assert encode([[span]]) == chunk1(BASIC + "09 93" + fs("u") + "03 cb 43f0000000000000", 7)
 
 
 @pytest.mark.parametrize("kind, number", [("server", 2), ("client", 3), ("producer", 4),
@@ -146,14 +146,14 @@ def test_env_version_component_fields():
     span = good_span(meta={"env": "e", "version": "v", "component": "c", "x": "y"})
     assert encode([[span]]) == chunk1(
         BASIC + "09 93" + fs("x") + "01" + fs("y") + "0d" + fs("e") + "0e" + fs("v") + "0f" + fs("c")
-        + "10 01", 11)
+       , 10)
 
 
 def test_trace_id_128_and_tid_tag():
     """The chunk's trace id carries all 128 bits; _dd.p.tid is not written."""
     span = good_span(trace_id=(0xAB << 64) | 1, meta={"_dd.p.tid": "00000000000000ab"})
     payload = encode([[span]])
-    assert payload == H("81 0b 91 82 04 91 87", BASIC, "10 01", "06 c410", "00" * 7 + "ab",
+    assert payload == H("81 0b 91 82 04 91 86", BASIC, "06 c410", "00" * 7 + "ab",
                         "00" * 7 + "01")
 
 
@@ -170,7 +170,7 @@ def test_chunk_origin_priority_mechanism():
     its _dd.p.dm "-4" -> key 7 = 4; all three leave the span."""
     span = good_span(origin="rum", metrics={"_sampling_priority_v1": 2}, meta={"_dd.p.dm": "-4"})
     payload = encode([[span]])
-    assert payload == H("81 0b 91 85 04 91 87", BASIC, "10 01", TID1, "02", fs("rum"),
+    assert payload == H("81 0b 91 85 04 91 86", BASIC, TID1, "02", fs("rum"),
                         "01 02", "07 04")
 
 
@@ -179,9 +179,9 @@ def test_dm_and_priority_on_later_spans_stay():
     first = good_span()
     second = good_span(span_id=3, metrics={"_sampling_priority_v1": 1}, meta={"_dd.p.dm": "-4"})
     payload = encode([[first, second]])
-    span2 = ("88 01 01 02 02 03 03 04 03 06 05 07 07 09 96" + fs("_dd.p.dm") + "01" + fs("-4")
-             + fs("_sampling_priority_v1") + "04 01 10 01")
-    assert payload == H("81 0b 91 82 04 92 87", BASIC, "10 01", span2, TID1)
+    span2 = ("87 01 01 02 02 03 03 04 03 06 05 07 07 09 96" + fs("_dd.p.dm") + "01" + fs("-4")
+             + fs("_sampling_priority_v1") + "04 01")
+    assert payload == H("81 0b 91 82 04 92 86", BASIC, span2, TID1)
 
 
 def test_links_and_events():
@@ -196,7 +196,7 @@ def test_links_and_events():
     link = ("0b 91 85 01 c410" + "00" * 15 + "03 02 04 03 93" + fs("a") + "01" + fs("b")
             + "04" + fs("t") + "05 ce80000001")
     event = "0c 91 83 01 09 02" + fs("e") + "03 93" + fs("l") + "06 94 04 01 04 02"
-    assert encode([[span]]) == chunk1(BASIC + link + event + "10 01", 9)
+    assert encode([[span]]) == chunk1(BASIC + link + event, 8)
 
 
 def test_long_text_truncated():
@@ -217,7 +217,7 @@ def test_put_failed_trace_leaves_payload_unchanged():
     with pytest.raises(TypeError):
         encoder.encode_traces([bad])
     encoder.put([good_span()])
-    assert encoder.encode() == [(chunk1(BASIC + "10 01", 7), 1)]
+    assert encoder.encode() == [(chunk1(BASIC, 6), 1)]
 
 
 def test_split_payloads_each_stream_from_scratch():
@@ -226,7 +226,7 @@ def test_split_payloads_each_stream_from_scratch():
     encoder.put([good_span()])
     encoder.put([good_span()])
     payloads = encoder.encode()
-    assert payloads == [(chunk1(BASIC + "10 01", 7), 1)] * 2
+    assert payloads == [(chunk1(BASIC, 6), 1)] * 2
     assert encoder.size == len(H("81 0b 90"))
 
 
@@ -253,7 +253,7 @@ def test_lenient_drops_bad_tags():
     """lenient: a bad meta value is dropped (and counted), nothing else."""
     encoder = spanpack.TraceMsgPackEncoder("v1.0", lenient=True, **BARE)
     payload = encoder.encode_traces([[good_span(meta={"k": 1, "a": "b"})]])
-    assert payload == chunk1(BASIC + "09 93" + fs("a") + "01" + fs("b") + "10 01", 8)
+    assert payload == chunk1(BASIC + "09 93" + fs("a") + "01" + fs("b"), 7)
     assert encoder.dropped_tags == 1
 
 
@@ -282,6 +282,6 @@ def test_trace_origin_replaces_origin_tag():
     """A span's own _dd.origin tag gives way to the trace's origin (even
     ""), as v0.4 overwrites it; without a trace origin it stays a tag."""
     tagged = good_span(meta={"_dd.origin": "x"})
-    assert encode([[dict(tagged, origin="")]]) == chunk1(BASIC + "10 01", 7)
+    assert encode([[dict(tagged, origin="")]]) == chunk1(BASIC, 6)
     assert encode([[tagged]]) == chunk1(
-        BASIC + "09 93" + fs("_dd.origin") + "01" + fs("x") + "10 01", 8)
+        BASIC + "09 93" + fs("_dd.origin") + "01" + fs("x"), 7)
