@@ -1,7 +1,7 @@
 /* Span field access: attribute names, slot offsets per type, dict keys. */
 #include "spanfields.h"
 
-#include "pydict.h"
+#include "pyinstance.h"
 
 #if PY_VERSION_HEX < 0x030C0000
 #include <structmember.h>
@@ -330,12 +330,7 @@ classify_attribute(PyTypeObject *type, PyObject *attribute, FieldAccess *access,
         return;
     }
     /* A plain class attribute: a default the instance __dict__ may shadow. */
-    if (instance_dict) {
-        access->source = FIELD_INSTANCE;
-        Py_DECREF(found);
-        return;
-    }
-    access->source = FIELD_CLASS_VALUE;
+    access->source = instance_dict ? FIELD_INSTANCE : FIELD_CLASS_VALUE;
     access->object = found;
 }
 
@@ -439,8 +434,27 @@ prefetched_field(int field)
 /* The derived parts of a layout: which fields need calls, the packed slot
  * list, and what to prefetch. */
 static void
-layout_index(SpanTypeLayout *layout)
+layout_index(SpanTypeLayout *layout, PyTypeObject *type, PyObject *const *attributes)
 {
+    layout->instance_fields = 0;
+    layout->shared_keys = NULL;
+    layout->shared_key_count = 0;
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    const SpDictKeys *keys = pyinstance_shared_keys(type);
+    if (keys != NULL) {
+        layout->shared_keys = keys;
+        layout->shared_key_count = keys->dk_nentries;
+        for (int i = 0; i < SF_COUNT; i++) {
+            if (layout->access[i].source == FIELD_INSTANCE && PyUnicode_CheckExact(attributes[i])) {
+                layout->instance_fields |= 1u << i;
+                layout->position[i] = pyinstance_position(keys, attributes[i]);
+            }
+        }
+    }
+#else
+    (void)type;
+    (void)attributes;
+#endif
     layout->call_fields = 0;
     layout->slot_field_count = 0;
     layout->slot_count = 0;
@@ -514,7 +528,7 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
     SpanTypeLayout previous = *layout;
     memcpy(layout->access, access, sizeof access);
     memcpy(layout->offset, offsets, sizeof offsets);
-    layout_index(layout);
+    layout_index(layout, type, reader->attribute);
     layout->type = type; /* takes the reference held above */
     layout->version_tag = version_tag == type->tp_version_tag ? version_tag : 0;
     reader->last_layout = (int)(layout - reader->layouts);
@@ -527,6 +541,42 @@ static inline uint32_t
 fields_mask(SpanField first, SpanField last)
 {
     return ((2u << last) - 1) & ~((1u << first) - 1);
+}
+
+/* The `fields` (FIELD_INSTANCE ones) of `span` read from its values array
+ * in place: borrowed, each the instance's own value, else the class default,
+ * else NULL.  0 when they cannot be read so (then read them generically). */
+static inline int
+read_instance_fields(SpanTypeLayout *layout, PyObject *span, uint32_t fields, PyObject **value)
+{
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    const SpDictKeys *keys = layout->shared_keys;
+    Py_ssize_t capacity;
+    PyObject *const *values;
+    if (keys == NULL || (values = pyinstance_values(span, keys, &capacity)) == NULL) {
+        return 0;
+    }
+    if (keys->dk_nentries != layout->shared_key_count) {
+        /* New names since the layout was made: find the fields not there
+         * then again at the next span (positions never move). */
+        layout->version_tag = 0;
+        return 0;
+    }
+    while (fields != 0) {
+        int i = __builtin_ctz(fields);
+        fields &= fields - 1;
+        Py_ssize_t position = layout->position[i];
+        PyObject *own = position >= 0 && position < capacity ? values[position] : NULL;
+        value[i] = own != NULL ? own : layout->access[i].object;
+    }
+    return 1;
+#else
+    (void)layout;
+    (void)span;
+    (void)fields;
+    (void)value;
+    return 0;
+#endif
 }
 
 /* `value` (a new reference, or NULL) for `key` in `dict`, which no other
@@ -566,8 +616,17 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
      * from the cache: the class and the accesses still to be made are owned
      * first, and the slots read before any Python code runs. */
     PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
-    const SpanTypeLayout *layout = layout_for(reader, type);
+    SpanTypeLayout *layout = layout_for(reader, type);
     uint32_t pending = layout->call_fields & fields_mask(first, last);
+    uint32_t in_place = layout->instance_fields & pending;
+    if (in_place != 0 && read_instance_fields(layout, span, in_place, values->value)) {
+        for (int i = (int)first; i <= (int)last; i++) {
+            if (in_place & (1u << i)) {
+                Py_XINCREF(values->value[i]);
+            }
+        }
+        pending &= ~in_place;
+    }
     FieldAccess calls[SF_COUNT];
     for (int i = (int)first; i <= (int)last; i++) {
         if (pending & (1u << i)) {
@@ -741,19 +800,25 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
         }
     }
     else if (may_borrow) {
-        const SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
-        /* Every field a slot or absent: nothing to call.  (Resolving the
-         * layout ran Python code, which may have switched the span's class.) */
-        if ((layout->call_fields & span_fields) == 0 && layout->type == Py_TYPE(span)) {
+        SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
+        /* Every field a slot, absent, or in the instance's values array:
+         * nothing to call.  (Resolving the layout ran Python code, which may
+         * have switched the span's class.) */
+        uint32_t instance_fields = layout->instance_fields & span_fields;
+        if ((layout->call_fields & ~instance_fields & span_fields) == 0 &&
+            layout->type == Py_TYPE(span)) {
             for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
                 values->value[i] = NULL;
             }
-            for (int k = 0; k < layout->slot_field_count; k++) {
-                int field = layout->slot_fields[k];
-                values->value[field] = *(PyObject **)((char *)span + layout->offset[field]);
+            if (instance_fields == 0 || read_instance_fields(layout, span, instance_fields,
+                                                             values->value)) {
+                for (int k = 0; k < layout->slot_field_count; k++) {
+                    int field = layout->slot_fields[k];
+                    values->value[field] = *(PyObject **)((char *)span + layout->offset[field]);
+                }
+                mark_borrowed(values);
+                return 0;
             }
-            mark_borrowed(values);
-            return 0;
         }
     }
 #else

@@ -68,6 +68,14 @@ typedef struct {
     /* Bit i set: field i is read by code that may run Python (anything but a
      * slot or an absent field). */
     uint32_t call_fields;
+    /* FIELD_INSTANCE fields, which can also be read in place (pyinstance.h):
+     * the class's shared keys (compared, never dereferenced unless they are
+     * still the class's), how many names they held when resolved, and each
+     * field's position there (-1: not there then). */
+    uint32_t instance_fields;
+    const void *shared_keys;
+    Py_ssize_t shared_key_count;
+    Py_ssize_t position[SF_COUNT];
     /* The slot fields among the per-span ones, packed. */
     signed char slot_fields[SF_COUNT];
     int slot_field_count;
