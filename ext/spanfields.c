@@ -736,10 +736,44 @@ spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value
     return result;
 }
 
+#ifdef SP_CHECK_BORROWED
+static int
+borrowed_values_guard(PyObject *arg, PyFrameObject *frame, int what, PyObject *call_arg)
+{
+    (void)arg;
+    (void)frame;
+    (void)call_arg;
+    if (what == PyTrace_CALL) {
+        Py_FatalError("spanpack: Python code ran while span values were held without "
+                      "references (own them first: see span_hold_values)");
+    }
+    return 0;
+}
+
+static void
+guard_begin(SpanValues *values)
+{
+    PyThreadState *thread = PyThreadState_Get();
+    values->saved_profile = thread->c_profilefunc;
+    values->saved_profile_arg = Py_XNewRef(thread->c_profileobj);
+    PyEval_SetProfile(borrowed_values_guard, NULL);
+}
+
+static void
+guard_end(SpanValues *values)
+{
+    PyEval_SetProfile(values->saved_profile, values->saved_profile_arg);
+    Py_CLEAR(values->saved_profile_arg);
+}
+#endif
+
 void
 spanvalues_release(SpanValues *values)
 {
     if (values->borrowed) {
+#ifdef SP_CHECK_BORROWED
+        guard_end(values);
+#endif
         return;
     }
     for (int i = (int)values->first; i <= (int)values->last; i++) {
@@ -755,6 +789,9 @@ mark_borrowed(SpanValues *values)
     values->last = SF_EVENTS;
     values->borrowed = 1;
     values->failed = -1;
+#ifdef SP_CHECK_BORROWED
+    guard_begin(values);
+#endif
 }
 
 /* A dict span's per-span fields straight from its entries, when every key is
@@ -837,6 +874,9 @@ spanvalues_own(SpanValues *values)
         Py_XINCREF(values->value[i]);
     }
     values->borrowed = 0;
+#ifdef SP_CHECK_BORROWED
+    guard_end(values);
+#endif
 }
 
 static void

@@ -129,11 +129,23 @@ int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
  * while no Python code runs (it could reassign the slots and free the
  * values), so a writer calls spanvalues_own() before anything that may run
  * Python code. */
+/* Debug builds check the borrowed-values rule where CPython lets a profile
+ * function see every Python call (through 3.11; 3.12 moved profiling onto
+ * sys.monitoring, too costly to switch per span): while values are borrowed,
+ * any Python code that runs aborts the process with the rule's name. */
+#if !defined(NDEBUG) && PY_VERSION_HEX < 0x030C0000
+#define SP_CHECK_BORROWED 1
+#endif
+
 typedef struct {
     PyObject *value[SF_COUNT];
     SpanField first, last;
     int borrowed;
     int failed; /* after a failed read: the field whose lookup raised */
+#ifdef SP_CHECK_BORROWED
+    Py_tracefunc saved_profile; /* the thread's own, restored when owned */
+    PyObject *saved_profile_arg;
+#endif
 } SpanValues;
 
 /* Read fields [first, last] of `span`.  Returns 0, or -1 with an exception

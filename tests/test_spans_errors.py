@@ -111,7 +111,8 @@ for _text_field in ("service", "name", "resource", "span_type"):
     ]
 CASES += [
     case("name", MISSING, TypeError, ident="name-missing"),
-    # start/duration: v0.4 int64 or error; v0.5 clamped
+    # start/duration: v0.4 int64 or error; v0.5 clamped within 64 bits, an
+    # error beyond
     case("start_ns", MISSING, TypeError, ident="start_ns-missing"),
     case("start_ns", "5", TypeError),
     case("start_ns", 5.0, TypeError),
@@ -120,7 +121,9 @@ CASES += [
     case("start_ns", -(1 << 63) - 1, {"v0.4": ValueError, "v0.5": None}),
     case("duration_ns", "7", TypeError),
     case("duration_ns", 7.5, TypeError),
-    case("duration_ns", 1 << 64, {"v0.4": ValueError, "v0.5": None}),
+    case("duration_ns", 1 << 64, ValueError),
+    case("start_ns", -(1 << 64), ValueError),
+    case("start_ns", 1 << 70, ValueError),
     case("duration_ns", [7], TypeError),
     # error: any int in v0.4 (written as 1), int32 in v0.5
     case("error", "x", TypeError),
