@@ -1222,27 +1222,29 @@ packer_releasebuffer_slot(PackerObject *self, Py_buffer *view)
 
 static PyMethodDef packer_methods[] = {
     {"pack", (PyCFunction)packer_pack, METH_O,
-     "pack(obj) -> bytes or None\n\nPack obj; return the bytes with autoreset, else None."},
+     "pack($self, obj, /)\n--\n\nPack obj: the bytes with autoreset, else None."},
     {"pack_array_header", (PyCFunction)packer_pack_array_header, METH_O,
-     "pack_array_header(n): write an array header for n items."},
+     "pack_array_header($self, n, /)\n--\n\nWrite an array header for n items."},
     {"pack_map_header", (PyCFunction)packer_pack_map_header, METH_O,
-     "pack_map_header(n): write a map header for n pairs."},
+     "pack_map_header($self, n, /)\n--\n\nWrite a map header for n pairs."},
     {"pack_map_pairs", (PyCFunction)packer_pack_map_pairs, METH_O,
-     "pack_map_pairs(pairs): write a map from a sized iterable of (key, value) pairs."},
+     "pack_map_pairs($self, pairs, /)\n--\n\nWrite a map from a sized iterable of (key, value) "
+     "pairs."},
     {"pack_ext_type", (PyCFunction)(void (*)(void))packer_pack_ext_type, METH_FASTCALL,
-     "pack_ext_type(code, data): write an ext value."},
-    {"reset", (PyCFunction)packer_reset, METH_NOARGS, "Empty the internal buffer."},
+     "pack_ext_type($self, code, data, /)\n--\n\nWrite an ext value."},
+    {"reset", (PyCFunction)packer_reset, METH_NOARGS,
+     "reset($self, /)\n--\n\nEmpty the internal buffer."},
     {"bytes", (PyCFunction)packer_bytes, METH_NOARGS,
-     "Return the internal buffer's contents as bytes."},
+     "bytes($self, /)\n--\n\nThe internal buffer's contents as bytes."},
     {"getbuffer", (PyCFunction)packer_getbuffer, METH_NOARGS,
-     "Return a memoryview of the internal buffer."},
+     "getbuffer($self, /)\n--\n\nA memoryview of the internal buffer."},
     {NULL, NULL, 0, NULL},
 };
 
 PyDoc_STRVAR(packer_doc,
              "Packer(*, default=None, use_single_float=False, autoreset=True, "
              "use_bin_type=True, strict_types=False, datetime=False, unicode_errors=None, "
-             "buf_size=None)\n\n"
+             "buf_size=None)\n--\n\n"
              "msgpack serializer with the options, methods and output of msgpack-python's "
              "Packer.");
 
