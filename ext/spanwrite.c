@@ -74,6 +74,9 @@ span_reraise(SpanWriter *w, const char *field, PyObject *key)
              PyErr_ExceptionMatches(PyExc_ValueError)) {
         type = PyExc_ValueError;
     }
+    else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        type = PyExc_AttributeError; /* raised by a span's getter */
+    }
     if (type == NULL) {
         return -1;
     }
