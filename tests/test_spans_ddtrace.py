@@ -27,10 +27,14 @@ import spanpack  # noqa: E402
 
 try:
     from .spans_strategies import (
+        BIG,
+        DEFAULT_MAX_SIZE,
+        MAX_SPANS_PER_EXAMPLE,
         VERSIONS,
         assert_all_paths_equal,
         ddtrace_encoder,
         ddtrace_payload,
+        largest_generated_trace,
         logical_traces,
         spanpack_paths,
         to_ddtrace_trace,
@@ -38,10 +42,14 @@ try:
     )
 except ImportError:
     from spans_strategies import (
+        BIG,
+        DEFAULT_MAX_SIZE,
+        MAX_SPANS_PER_EXAMPLE,
         VERSIONS,
         assert_all_paths_equal,
         ddtrace_encoder,
         ddtrace_payload,
+        largest_generated_trace,
         logical_traces,
         spanpack_paths,
         to_ddtrace_trace,
@@ -54,6 +62,8 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
+# At most MAX_SPANS_PER_EXAMPLE spans (3 traces of 3), which ddtrace's
+# reference buffer of BIG bytes holds: test_reference_buffer_holds_the_largest_example.
 traces_lists = st.lists(logical_traces(), min_size=1, max_size=3)
 
 
@@ -127,7 +137,10 @@ def test_lenient_mode_drops_like_ddtrace(version, traces, bad_meta, bad_metrics,
         for s in spans
     )
     expected = ddtrace_payload(version, dd_traces)
-    encoder = spanpack.TraceMsgPackEncoder(version, "ddtrace", lenient=True)
+    # put() buffers the whole payload, which 6 generated spans can take beyond
+    # the default 20 MiB.
+    encoder = spanpack.TraceMsgPackEncoder(
+        version, "ddtrace", lenient=True, max_size=max(DEFAULT_MAX_SIZE, len(expected)))
     assert encoder.encode_traces(dd_traces) == expected
     assert encoder.dropped_tags == expected_drops
     for trace in dd_traces:
@@ -137,6 +150,17 @@ def test_lenient_mode_drops_like_ddtrace(version, traces, bad_meta, bad_metrics,
     joined = encoder.join_encoded([encoder.encode_trace(trace) for trace in dd_traces])
     assert joined == expected
     assert encoder.dropped_tags == 3 * expected_drops
+
+
+def test_reference_buffer_holds_the_largest_example():
+    """The ddtrace reference encoder's fixed limit (BIG) holds the largest
+    example the strategies can draw; spanpack's buffered path is sized per
+    example (spanpack_paths), so only ddtrace's needs this bound."""
+    [span] = to_ddtrace_trace(largest_generated_trace())
+    for version in VERSIONS:
+        largest = len(ddtrace_payload(version, [[span]]))
+        assert largest > 4_000_000 if version == "v0.4" else largest > 100_000
+        assert MAX_SPANS_PER_EXAMPLE * largest < BIG, (version, largest)
 
 
 def test_strings_over_25000_chars_and_bytes_values():
