@@ -26,8 +26,17 @@ class Packer:
 
 def packb(obj: Any, **options: Any) -> Optional[bytes]: ...
 
-class BufferFull(Exception): ...
-class BufferItemTooLarge(Exception): ...
+class BufferFull(Exception):
+    """args[0]: the rejected trace's encoded size."""
+
+    limit_name: str  # "max_size"
+    limit: int
+
+class BufferItemTooLarge(Exception):
+    """args[0]: the rejected trace's encoded size."""
+
+    limit_name: str  # "max_item_size" or "max_payload_size"
+    limit: int
 
 class EncodedTrace:
     @property
