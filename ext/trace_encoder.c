@@ -619,6 +619,16 @@ trace_encoder_get_size(TraceEncoderObject *self, void *Py_UNUSED(closure))
     return PyLong_FromSsize_t(size);
 }
 
+/* None when payloads are not split, as the constructor takes it. */
+static PyObject *
+trace_encoder_get_max_payload_size(TraceEncoderObject *self, void *Py_UNUSED(closure))
+{
+    if (self->max_payload_size == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromSsize_t(self->max_payload_size);
+}
+
 static PyObject *
 trace_encoder_get_version(TraceEncoderObject *self, void *Py_UNUSED(closure))
 {
@@ -637,8 +647,6 @@ static PyMemberDef trace_encoder_members[] = {
      "Most bytes the buffer holds (BufferFull beyond)."},
     {"max_item_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_item_size), READONLY,
      "Most bytes one trace may add (BufferItemTooLarge beyond)."},
-    {"max_payload_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_payload_size), READONLY,
-     "Most bytes per payload returned by encode(); 0 means no splitting."},
     {"dropped_tags", T_PYSSIZET, offsetof(TraceEncoderObject, dropped_tags), READONLY,
      "Meta/metrics entries dropped in lenient mode."},
     {NULL, 0, 0, 0, NULL},
@@ -648,6 +656,10 @@ static PyGetSetDef trace_encoder_getset[] = {
     {"size", (getter)trace_encoder_get_size, NULL,
      "Exact byte length of the payloads encode() would return now.", NULL},
     {"version", (getter)trace_encoder_get_version, NULL, "\"v0.4\" or \"v0.5\".", NULL},
+    {"max_payload_size", (getter)trace_encoder_get_max_payload_size, NULL,
+     "Most bytes per payload returned by encode() (BufferItemTooLarge for a trace that "
+     "alone would exceed it); None: no limit, one payload.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -148,10 +148,19 @@ def test_attributes_and_headers(version):
     assert e.endpoint == "/%s/traces" % version
     assert e.max_size == 20 * 1024 * 1024
     assert e.max_item_size == e.max_size
-    assert not e.max_payload_size
+    assert e.max_payload_size is None  # no splitting, as max_payload_size=None asks
+    assert enc(version, max_payload_size=None).max_payload_size is None
     assert enc(version, max_size=100, max_item_size=1000).max_item_size == 100
     assert enc(version, max_size=1000, max_item_size=100).max_item_size == 100
     assert enc(version, max_payload_size=500).max_payload_size == 500
+    # What the limits read back, the constructor takes, for the same encoder.
+    copy = enc(version, max_size=e.max_size, max_item_size=e.max_item_size, max_payload_size=e.max_payload_size)
+    assert (copy.max_size, copy.max_item_size, copy.max_payload_size) == (e.max_size, e.max_item_size, None)
+    for name in ("max_size", "max_item_size", "max_payload_size"):
+        with pytest.raises(ValueError, match="%s must be positive, not 0" % name):
+            enc(version, **{name: 0})
+        with pytest.raises(AttributeError):
+            setattr(e, name, 1000)
     h = e.headers(7)
     assert h["Content-Type"] == "application/msgpack"
     assert h["X-Datadog-Trace-Count"] == "7"

@@ -50,7 +50,9 @@ Fields = Union[None, str, Mapping[str, str]]
 class TraceEncoder:
     max_size: int
     max_item_size: int
-    max_payload_size: int
+    @property
+    def max_payload_size(self) -> Optional[int]:
+        """None: no limit (one payload)."""
     dropped_tags: int
     def __init__(
         self,
