@@ -163,6 +163,36 @@ def test_reference_buffer_holds_the_largest_example():
         assert MAX_SPANS_PER_EXAMPLE * largest < BIG, (version, largest)
 
 
+def test_trace_id_high_tag_added_where_ddtrace_encoder_does_not():
+    """ddtrace's encoder writes only what the span's meta holds; its trace
+    processor sets _dd.p.tid before encoding.  spanpack adds the tag itself
+    when a 128-bit trace's first span lacks it (docs/wire-format.md), so
+    byte-identity with ddtrace holds for spans that already carry it."""
+    span = _span(trace_id=(0xABC << 64) | 5)
+    for version in VERSIONS:
+        theirs = unpack(ddtrace_payload(version, [[span]]))
+        ours = unpack(spanpack.TraceMsgPackEncoder(version, "ddtrace").encode_traces([[span]]))
+        if version == "v0.4":
+            assert "meta" not in theirs[0][0]
+            assert ours[0][0].pop("meta") == {"_dd.p.tid": "0000000000000abc"}
+            assert ours == theirs
+        else:
+            assert theirs[1][0][0][9] == {}
+            table, traces = ours
+            assert {table[k]: table[v] for k, v in traces[0][0][9].items()} == {"_dd.p.tid": "0000000000000abc"}
+    span._meta["_dd.p.tid"] = "0000000000000abc"
+    for version in VERSIONS:
+        assert_all_paths_equal(ddtrace_payload(version, [[span]]), spanpack_paths(version, [[span]], "ddtrace"))
+
+
+def test_bool_metrics_are_written_as_ints_like_ddtrace():
+    span = _span(_metrics={"yes": True, "no": False})
+    for version in VERSIONS:
+        assert_all_paths_equal(ddtrace_payload(version, [[span]]), spanpack_paths(version, [[span]], "ddtrace"))
+    # the span map ends with metrics: {"yes": 1, "no": 0} as positive fixints, not msgpack true/false
+    assert ddtrace_payload("v0.4", [[span]]).endswith(bytes.fromhex("a76d657472696373 82 a3796573 01 a26e6f 00"))
+
+
 def test_strings_over_25000_chars_and_bytes_values():
     """Long str (code points) and long bytes values are cut the same way; the
     truncated forms of equal prefixes share one v0.5 table entry."""
