@@ -14,7 +14,7 @@ class Packer:
         use_bin_type: bool = ...,
         strict_types: bool = ...,
         datetime: bool = ...,
-        unicode_errors: Optional[str] = ...,
+        unicode_errors: Union[None, str, bytes, bytearray] = ...,
         buf_size: Optional[int] = ...,
     ) -> None: ...
     # Each returns the packed bytes, or None when the Packer was made with
@@ -23,7 +23,7 @@ class Packer:
     def pack_array_header(self, n: int, /) -> Optional[bytes]: ...
     def pack_map_header(self, n: int, /) -> Optional[bytes]: ...
     def pack_map_pairs(self, pairs: Iterable[Tuple[Any, Any]], /) -> Optional[bytes]: ...
-    def pack_ext_type(self, typecode: int, data: bytes, /) -> Optional[bytes]: ...
+    def pack_ext_type(self, code: int, data: Union[bytes, bytearray, str], /) -> Optional[bytes]: ...
     def bytes(self) -> bytes: ...
     def getbuffer(self) -> memoryview: ...
     def reset(self) -> None: ...
@@ -41,7 +41,7 @@ def packb(
     use_bin_type: bool = ...,
     strict_types: bool = ...,
     datetime: bool = ...,
-    unicode_errors: Optional[str] = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
     buf_size: Optional[int] = ...,
 ) -> bytes: ...
 @overload
@@ -55,7 +55,7 @@ def packb(
     use_bin_type: bool = ...,
     strict_types: bool = ...,
     datetime: bool = ...,
-    unicode_errors: Optional[str] = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
     buf_size: Optional[int] = ...,
 ) -> None: ...
 @overload
@@ -69,7 +69,7 @@ def packb(
     use_bin_type: bool = ...,
     strict_types: bool = ...,
     datetime: bool = ...,
-    unicode_errors: Optional[str] = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
     buf_size: Optional[int] = ...,
 ) -> Optional[bytes]: ...
 
