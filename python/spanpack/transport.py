@@ -20,6 +20,11 @@ def send(
 
     Returns ``(status, body)``; HTTP errors are returned, not raised, so a
     writer can log the agent's reason (e.g. 400 on a payload it cannot decode).
+
+    Raises ``urllib.error.URLError`` when no agent answers at ``url``
+    (connection refused, unknown host, connect timeout), and ``OSError`` such
+    as ``TimeoutError`` when the connection fails after that; URLError is an
+    OSError, so ``except OSError`` catches both.
     """
     all_headers = payload_headers(trace_count)
     if headers:
