@@ -486,6 +486,9 @@ def test_flush_timeout_and_stop_with_a_hung_agent(server, writers):
     assert writer.stop(timeout=0.5) is False
     assert time.monotonic() - started < 1.5
     server.release()
+    # The thread gives up on the released request later: that must not count again.
+    writer._thread.join(10)
+    assert not writer._thread.is_alive()
     stats = ledger_balances(writer)
     assert stats["dropped_by_reason"] == {"stopped": 6}
     assert server.accepted_ids() == []
