@@ -376,19 +376,41 @@ def test_refused_version_downgrades_and_reencodes(writers, status):
         delivered_exactly_once(server, writer, ids)
 
 
-def test_a_refusal_after_acceptance_counts_what_cannot_be_reencoded(server, writers):
+def test_a_downgrade_reencodes_what_was_buffered_meanwhile(server, writers):
+    refused, release = threading.Event(), threading.Event()
+
+    def rule(path, payload):
+        if path == "/v0.5/traces":
+            refused.set()
+            release.wait(10)  # hold the answer while the test writes more
+            return ("status", 404)
+        return None
+
+    server.rule = rule
     writer = writers(server.url, version="v0.5")
-    first = _write_n(writer, 3)
-    assert writer.flush(timeout=10)  # v0.5 accepted: traces are no longer kept
-    server.rule = lambda path, payload: ("status", 404) if path == "/v0.5/traces" else None
-    _write_n(writer, 4)  # encoded as v0.5, without their objects
-    assert writer.flush(timeout=10)
-    later = _write_n(writer, 2)  # encoded as v0.4
+    in_flight = _write_n(writer, 3)
+    writer.flush(timeout=0)
+    assert refused.wait(10)
+    buffered = _write_n(writer, 4)  # encoded as v0.5 while that payload is out
+    release.set()
     assert writer.flush(timeout=10)
     stats = ledger_balances(writer)
-    assert stats["version"] == "v0.4"
-    assert stats["dropped_by_reason"] == {"agent_refused": 4}
-    assert sorted(server.accepted_ids()) == first + later
+    assert stats["version"] == "v0.4" and stats["traces_sent"] == 7
+    assert server.requests == ["/v0.5/traces", "/v0.4/traces", "/v0.4/traces"]
+    assert sorted(server.accepted_ids()) == in_flight + buffered
+    delivered_exactly_once(server, writer, in_flight + buffered)
+
+
+def test_a_refusal_after_acceptance_still_downgrades(server, writers):
+    writer = writers(server.url, version="v0.5")
+    first = _write_n(writer, 3)
+    assert writer.flush(timeout=10)
+    server.rule = lambda path, payload: ("status", 404) if path == "/v0.5/traces" else None
+    later = _write_n(writer, 4)  # the agent was replaced by one without v0.5
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["version"] == "v0.4" and stats["traces_sent"] == 7
+    assert server.requests == ["/v0.5/traces", "/v0.5/traces", "/v0.4/traces"]
     delivered_exactly_once(server, writer, first + later)
 
 

@@ -1,29 +1,26 @@
 """AgentWriter: buffer finished traces and send them to a Datadog trace agent.
 
-The application thread only encodes (``encode_trace``) and appends to a list;
-a background thread joins the encoded traces into payloads and owns the
+The application thread encodes each trace into the encoder's own buffer
+(``put``: exact bytes, all-or-nothing) and keeps a reference to the trace; a
+background thread takes the buffer as payloads (``encode``) and owns the
 network: the kept-alive HTTP connection, version negotiation, retries,
 splitting and downgrades.
 
 Every trace passed to ``write()`` ends in exactly one of two counts:
 delivered (``traces_sent``) or dropped (``traces_dropped``, with its reason in
-``dropped_by_reason``).  A trace is settled through ``_settle`` only, under the
-lock, once.
+``dropped_by_reason``).  Traces are settled through ``_settle`` only, under
+the lock, once.
 
-What a buffered trace is kept as: its encoded part (an ``EncodedTrace``), and
-also the trace itself until the agent has accepted a payload in the current
-version.  A split after a 413 needs only the parts (``join_encoded`` on
-halves); a version downgrade after a 404/415 needs the traces, since parts of
-one version cannot be turned into another.  Keeping every trace would keep all
-span objects alive until delivery, several times the memory of their encoded
-bytes that ``max_buffer_size`` bounds; re-encoding at flush time instead would
-move encoding (and bad-input errors) off the caller and leave the buffer's
-size unknown when ``write()`` decides whether a trace fits.  A downgrade
-happens when a writer meets an agent older than it assumed, which is known
-after the first accepted payload; from then on only parts are kept.  If an
-agent that accepted a version later refuses it (replaced by an older agent),
-the parts buffered meanwhile cannot be re-encoded and are counted as
-``agent_refused``; later traces are sent in the lower version.
+What a buffered trace is kept as: its bytes in the encoder's buffer, and the
+trace object itself until its payload is delivered or dropped.  A 413 split
+and a version downgrade both re-encode from the objects (CPU, on the writer's
+thread, only when they happen).  Keeping per-trace parts (``encode_trace``)
+instead would make a split a join without re-encoding, but each part holds a
+buffer of at least 4 KiB (10x a small trace's bytes), and keeping thousands of
+them alive cost write() 15-30 us a trace in measurements, against ~1 us for
+``put``; parts also cannot be turned into another version, so the traces would
+be kept anyway.  The objects cost memory: the spans of a trace stay alive
+until its payload is settled (one flush interval, plus the send).
 """
 
 from __future__ import annotations
@@ -40,6 +37,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ._spanpack import BufferFull, BufferItemTooLarge
 from .encoder import TraceMsgPackEncoder
 from .transport import agent_connection, agent_url_from_env
 
@@ -71,9 +69,7 @@ _RETRY_STATUSES = frozenset((408, 429))
 # Statuses an agent that does not know this version's endpoint answers.
 _DOWNGRADE_STATUSES = frozenset((404, 415))
 
-# A buffered trace: (encoded part, the trace or None, span count, the encoder
-# that encoded it).  A tuple: it is built on the application thread.
-_Record = Tuple[Any, Any, int, TraceMsgPackEncoder]
+Trace = Sequence[Any]
 
 _live_writers: "weakref.WeakSet[AgentWriter]" = weakref.WeakSet()
 
@@ -118,7 +114,7 @@ def choose_version(advertised_endpoints: Sequence[str], supported: Sequence[str]
 
 
 class _Batch:
-    """The records the flush thread took in one swap of the buffer."""
+    """The traces the flush thread took in one swap of the buffer."""
 
     __slots__ = ("unsettled", "abandoned")
 
@@ -127,10 +123,21 @@ class _Batch:
         self.abandoned = False
 
 
-class _Outcome:
-    SENT = "sent"
-    SPLIT = "split"
-    DOWNGRADE = "downgrade"
+class _Group:
+    """Traces to go as one payload, and that payload once encoded."""
+
+    __slots__ = ("traces", "payload", "encoder")
+
+    def __init__(self, traces: List[Trace], payload: Optional[bytes] = None, encoder: Any = None) -> None:
+        self.traces = traces
+        self.payload = payload
+        self.encoder = encoder  # the encoder that made ``payload``
+
+
+_SPLIT = "split"
+_REENCODE = "reencode"
+
+_WRITER_SIZES = ("max_size", "max_item_size", "max_payload_size")
 
 
 class AgentWriter:
@@ -142,8 +149,8 @@ class AgentWriter:
         writer.write(trace)                  # any thread; never waits on the network
         writer.stop()                        # also run at interpreter exit
 
-    Traces must not be mutated after ``write()``: until the agent first
-    accepts a payload, a downgrade re-encodes them from the objects.
+    Traces must not be mutated after ``write()``: a split or a downgrade
+    re-encodes them from the objects.
     """
 
     def __init__(
@@ -166,6 +173,9 @@ class AgentWriter:
             raise ValueError("need 0 < max_payload_size <= max_buffer_size")
         if max_attempts < 1 or retry_backoff < 0:
             raise ValueError("need max_attempts >= 1 and retry_backoff >= 0")
+        clash = [name for name in _WRITER_SIZES if name in encoder_options]
+        if clash:
+            raise TypeError("AgentWriter sets %s itself (use max_buffer_size / max_payload_size)" % ", ".join(clash))
         self.url = url or agent_url_from_env()
         agent_connection(self.url, timeout)  # reject a bad URL here, not on the thread
         self.flush_interval = float(flush_interval)
@@ -189,22 +199,31 @@ class AgentWriter:
         else:
             raise ValueError("version must be 'auto' or one of %s, not %r" % (", ".join(VERSIONS), version))
         # Optimistic until /info answers: the best version we can write.
-        self._encoder = TraceMsgPackEncoder(self._supported[0], **encoder_options)
-        # Until the agent accepts a payload in this version, keep the traces too.
-        self._confirmed = False
-
-        self._init_runtime_state()
+        self._version = self._supported[0]
         self._stopped = False
         self._log_interval = 60.0
+        self._init_runtime_state()
         _live_writers.add(self)
+
+    def _new_encoder(self, version: str) -> TraceMsgPackEncoder:
+        return TraceMsgPackEncoder(
+            version,
+            max_size=self.max_buffer_size,
+            max_item_size=self.max_payload_size,
+            max_payload_size=self.max_payload_size,
+            **self._encoder_options,
+        )
 
     def _init_runtime_state(self) -> None:
         """Everything a forked child must not share with its parent."""
-        self._lock = threading.Lock()
+        # Reentrant: span code run by put() may itself write a trace.  The
+        # inner trace is appended to both the encoder and the list first, so
+        # their orders still agree.
+        self._lock = threading.RLock()
         self._work_ready = threading.Condition(self._lock)
         self._batch_done = threading.Condition(self._lock)
-        self._buffer: List[_Record] = []
-        self._buffered_bytes = 0
+        self._encoder = self._new_encoder(self._version)
+        self._traces: List[Trace] = []  # in the encoder's buffer, in its order
         self._wake_at = max(self.max_payload_size // 2, 1)
         self._flush_requested = False
         self._thread: Optional[threading.Thread] = None
@@ -227,43 +246,41 @@ class AgentWriter:
 
     def _reset_after_fork(self) -> None:
         # The parent keeps (and sends) what it buffered; the child starts
-        # empty, with its own lock (the parent's may have been held by another
-        # thread at the fork) and its own thread and connection.  Closing the
-        # child's copy of the socket leaves the parent's connection open.
+        # empty, with a new encoder, its own lock (the parent's may have been
+        # held by another thread at the fork), thread and connection.
+        # Closing the child's copy of the socket leaves the parent's open.
         if self._connection is not None:
             self._connection.close()
         self._init_runtime_state()
 
     # -- application side -------------------------------------------------
 
-    def write(self, trace: Sequence[Any]) -> None:
+    def write(self, trace: Trace) -> None:
         """Buffer one trace (a list of spans) for sending; never raises for its content."""
-        encoder = self._encoder
-        try:
-            part = encoder.encode_trace(trace)
-            spans = len(trace)
-        except Exception as error:
-            self._drop_one("bad_input", error)
-            return
-        size = len(part)
+        error: Optional[BaseException] = None
         with self._lock:
             self._traces_written += 1
             if self._stopped:
                 reason = "stopped"
-            elif size > self.max_payload_size:
-                reason = "trace_too_large"
-            elif self._buffered_bytes + size > self.max_buffer_size:
-                reason = "buffer_full"
             else:
-                self._buffer.append((part, None if self._confirmed else trace, spans, encoder))
-                self._buffered_bytes += size
-                if self._thread is None:
-                    self._start_thread()
-                if self._buffered_bytes >= self._wake_at:
-                    self._wake_at = self.max_buffer_size + 1  # once per batch
-                    self._work_ready.notify()
-                return
-            message = self._count_dropped(1, reason, None)
+                encoder = self._encoder
+                try:
+                    encoder.put(trace)
+                except BufferFull:
+                    reason = "buffer_full"
+                except BufferItemTooLarge:
+                    reason = "trace_too_large"
+                except Exception as exc:
+                    reason, error = "bad_input", exc
+                else:
+                    self._traces.append(trace)
+                    if self._thread is None:
+                        self._start_thread()
+                    if encoder.size >= self._wake_at:
+                        self._wake_at = self.max_buffer_size + 1  # once per batch
+                        self._work_ready.notify()
+                    return
+            message = self._count_dropped(1, reason, error)
         if message:
             log.warning(message)
 
@@ -273,17 +290,15 @@ class AgentWriter:
         with self._lock:
             if threading.current_thread() is self._thread:
                 return False  # called from on_response: it would wait on itself
-            if not self._buffer and self._batch is None:
+            if not self._traces and self._batch is None:
                 return True
-            if self._thread is None and self._stopped:
-                return False
-            # A swap takes the whole buffer, so the next batch holds everything
-            # buffered now; a batch in flight is finished before it.
-            target = self._batches_taken + (1 if self._buffer else 0)
             if self._thread is None:
                 self._start_thread()
                 if self._thread is None:
                     return False
+            # A swap takes the whole buffer, so the next batch holds everything
+            # buffered now; a batch in flight is finished before it.
+            target = self._batches_taken + (1 if self._traces else 0)
             self._flush_requested = True
             self._work_ready.notify()
             while self._batches_done < target:
@@ -301,9 +316,8 @@ class AgentWriter:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            first = not self._stopped
-            self._stopped = True
-            if first:
+            if not self._stopped:
+                self._stopped = True
                 self._stop_deadline = deadline
             thread = self._thread
             self._work_ready.notify()
@@ -313,18 +327,17 @@ class AgentWriter:
         elif thread is not threading.current_thread():
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             finished = not thread.is_alive()
+        messages = []
         with self._lock:
-            messages = []
             if not finished or thread is None:
                 # Whatever the thread has not settled is given up on now; if
                 # it does deliver later, that is not counted again.
                 if self._batch is not None and not self._batch.abandoned:
                     self._batch.abandoned = True
                     messages.append(self._count_dropped(self._batch.unsettled, "stopped", None))
-                if self._buffer:
-                    messages.append(self._count_dropped(len(self._buffer), "stopped", None))
-                    self._buffer = []
-                    self._buffered_bytes = 0
+                if self._traces:
+                    messages.append(self._count_dropped(len(self._traces), "stopped", None))
+                    self._take_buffer()
                 self._batches_done = self._batches_taken
                 self._batch_done.notify_all()
             messages.append(self._drop_summary(force=True))
@@ -339,10 +352,10 @@ class AgentWriter:
         """stop() without a flush thread: send the buffer on the caller's thread."""
         while deadline is None or time.monotonic() < deadline:
             with self._lock:
-                if not self._buffer or self._thread is not None:
+                if not self._traces or self._thread is not None:
                     return
-                batch, records = self._take_batch()
-            self._process_batch(batch, records)
+                batch, groups = self._take_batch()
+            self._process_batch(batch, groups)
 
     @property
     def stats(self) -> Dict[str, Any]:
@@ -357,22 +370,15 @@ class AgentWriter:
                 "traces_dropped": sum(self._dropped.values()),
                 "dropped_by_reason": {k: v for k, v in self._dropped.items() if v},
                 "retries": self._retries,
-                "version": self._encoder.version,
+                "version": self._version,
             }
 
     @property
     def version(self) -> str:
         """The trace API version payloads are encoded in now."""
-        return self._encoder.version
+        return self._version
 
     # -- accounting (callers hold the lock unless said otherwise) ----------
-
-    def _drop_one(self, reason: str, error: Optional[BaseException]) -> None:
-        with self._lock:
-            self._traces_written += 1
-            message = self._count_dropped(1, reason, error)
-        if message:
-            log.warning(message)
 
     def _count_dropped(self, count: int, reason: str, error: Optional[BaseException]) -> Optional[str]:
         """Count ``count`` traces dropped; return a log line when one is due."""
@@ -404,20 +410,22 @@ class AgentWriter:
             reasons,
         )
 
-    def _settle(self, batch: _Batch, records: Sequence[_Record], reason: Optional[str], error=None) -> None:
-        """Count ``records`` delivered (reason None) or dropped; takes the lock."""
-        if not records:
+    def _settle(
+        self, batch: _Batch, traces: Sequence[Trace], reason: Optional[str], error: Optional[BaseException] = None
+    ) -> None:
+        """Count ``traces`` delivered (reason None) or dropped; takes the lock."""
+        if not traces:
             return
         message = None
         with self._lock:
             if batch.abandoned:  # stop() counted them already
                 return
-            batch.unsettled -= len(records)
+            batch.unsettled -= len(traces)
             if reason is None:
-                self._traces_sent += len(records)
-                self._spans_sent += sum(r[2] for r in records)
+                self._traces_sent += len(traces)
+                self._spans_sent += sum(map(len, traces))
             else:
-                message = self._count_dropped(len(records), reason, error)
+                message = self._count_dropped(len(traces), reason, error)
         if message:
             log.warning(message)
 
@@ -438,12 +446,12 @@ class AgentWriter:
         while True:
             with self._lock:
                 while True:
-                    if self._stopped and not self._buffer:
+                    if self._stopped and not self._traces:
                         return
-                    if self._buffer and (
+                    if self._traces and (
                         self._stopped
                         or self._flush_requested
-                        or self._buffered_bytes >= self.max_payload_size // 2
+                        or self._wake_at > self.max_buffer_size  # write() found it half a payload
                         or time.monotonic() >= next_flush
                     ):
                         break
@@ -452,24 +460,34 @@ class AgentWriter:
                         next_flush = time.monotonic() + self.flush_interval
                         wait = self.flush_interval
                     self._work_ready.wait(wait)
-                batch, records = self._take_batch()
+                batch, groups = self._take_batch()
             next_flush = time.monotonic() + self.flush_interval
-            self._process_batch(batch, records)
+            self._process_batch(batch, groups)
 
-    def _take_batch(self) -> Tuple[_Batch, List[_Record]]:
-        """Swap the buffer out (the lock is held)."""
-        records = self._buffer
-        self._buffer = []
-        self._buffered_bytes = 0
+    def _take_buffer(self) -> List[_Group]:
+        """Empty the encoder's buffer into payload groups (the lock is held)."""
+        traces, self._traces = self._traces, []
+        encoder = self._encoder
+        groups = []
+        offset = 0
+        for payload, count in encoder.encode():
+            groups.append(_Group(traces[offset : offset + count], payload, encoder))
+            offset += count
+        assert offset == len(traces), "the encoder and the trace list disagree"
         self._wake_at = max(self.max_payload_size // 2, 1)
-        self._flush_requested = False
-        batch = self._batch = _Batch(len(records))
-        self._batches_taken += 1
-        return batch, records
+        return groups
 
-    def _process_batch(self, batch: _Batch, records: List[_Record]) -> None:
+    def _take_batch(self) -> Tuple[_Batch, List[_Group]]:
+        """Swap the buffer out (the lock is held)."""
+        batch = self._batch = _Batch(len(self._traces))
+        groups = self._take_buffer()
+        self._flush_requested = False
+        self._batches_taken += 1
+        return batch, groups
+
+    def _process_batch(self, batch: _Batch, groups: List[_Group]) -> None:
         try:
-            self._send_batch(batch, records)
+            self._send_batch(batch, groups)
         except Exception as error:  # a bug here must not lose the count
             log.exception("spanpack.AgentWriter: unexpected error while sending")
             self._close_connection()
@@ -486,75 +504,40 @@ class AgentWriter:
                 self._batches_done += 1
             self._batch_done.notify_all()
 
-    def _send_batch(self, batch: _Batch, records: List[_Record]) -> None:
+    def _send_batch(self, batch: _Batch, groups: List[_Group]) -> None:
         if not self._negotiated:
             self._negotiate()
-        pending = [records]  # a stack of record lists, each to go as one payload
-        first = True
+        pending = list(reversed(groups))  # a stack: each entry goes as one payload
         while pending:
-            group = self._in_current_version(batch, pending.pop())
-            if not group:
-                continue
-            if first:
-                first = False
-                pending.extend(reversed(self._chunks(group)))
-                continue
-            payload = self._encoder.join_encoded([r[0] for r in group])
-            if len(payload) > self.max_payload_size:
-                # v0.5 string tables make joined sizes exceed the parts' sum estimate.
-                if len(group) == 1:
-                    self._settle(batch, group, "trace_too_large")
-                else:
-                    half = len(group) // 2
-                    pending.extend((group[half:], group[:half]))
-                continue
-            outcome = self._deliver(batch, group, payload)
-            if outcome == _Outcome.SPLIT:
-                half = len(group) // 2
-                pending.extend((group[half:], group[:half]))
-            elif outcome == _Outcome.DOWNGRADE:
-                pending.append(group)  # re-encoded by _in_current_version
-
-    def _chunks(self, records: List[_Record]) -> List[List[_Record]]:
-        """Consecutive runs whose parts add up to at most max_payload_size."""
-        chunks: List[List[_Record]] = []
-        current: List[_Record] = []
-        size = 16  # the array header and, for v0.5, the string table's overhead
-        for record in records:
-            part_size = len(record[0])
-            if current and size + part_size > self.max_payload_size:
-                chunks.append(current)
-                current, size = [], 16
-            current.append(record)
-            size += part_size
-        if current:
-            chunks.append(current)
-        return chunks
-
-    def _in_current_version(self, batch: _Batch, records: List[_Record]) -> List[_Record]:
-        """``records`` with any part of another version re-encoded from its trace."""
-        encoder = self._encoder
-        if all(r[3] is encoder for r in records):
-            return records
-        kept = []
-        for record in records:
-            part, trace, spans, made_by = record
-            if made_by is encoder:
-                kept.append(record)
-            elif trace is None:
-                self._settle(batch, [record], "agent_refused")
-            else:
+            group = pending.pop()
+            encoder = self._encoder
+            if group.encoder is not encoder:  # not made yet, or in a version refused since
                 try:
-                    kept.append((encoder.encode_trace(trace), trace, spans, encoder))
-                except Exception as error:  # mutated after write(), or changed behaviour
-                    self._settle(batch, [record], "bad_input", error)
-        return kept
+                    group.payload, group.encoder = encoder.encode_traces(group.traces), encoder
+                except Exception as error:  # a trace mutated after write()
+                    if len(group.traces) == 1:
+                        self._settle(batch, group.traces, "bad_input", error)
+                    else:
+                        pending.extend(_halves(group.traces))
+                    continue
+            assert group.payload is not None
+            if len(group.payload) > self.max_payload_size:
+                if len(group.traces) == 1:
+                    self._settle(batch, group.traces, "trace_too_large")
+                else:
+                    pending.extend(_halves(group.traces))
+                continue
+            outcome = self._deliver(batch, group.traces, group.payload)
+            if outcome == _SPLIT:
+                pending.extend(_halves(group.traces))
+            elif outcome == _REENCODE:
+                pending.append(group)
 
     def _downgrade(self, refused: str) -> bool:
         """Switch below ``refused``; False when there is nothing lower."""
-        lower = [v for v in self._supported if VERSIONS.index(v) > VERSIONS.index(refused)]
-        if self._encoder.version != refused:
+        if self._version != refused:
             return True  # already switched (by /info or an earlier payload)
+        lower = [v for v in self._supported if VERSIONS.index(v) > VERSIONS.index(refused)]
         if not lower:
             return False
         log.info("spanpack.AgentWriter: the agent refused %s; sending %s", refused, lower[0])
@@ -562,12 +545,30 @@ class AgentWriter:
         return True
 
     def _set_version(self, version: str) -> None:
-        if version == self._encoder.version:
+        """Encode in ``version`` from now on, what is buffered included."""
+        if version == self._version:
             return
-        encoder = TraceMsgPackEncoder(version, **self._encoder_options)
+        encoder = self._new_encoder(version)
+        messages = []
         with self._lock:
-            self._encoder = encoder
-            self._confirmed = False
+            # The old version's bytes are of no use now; its traces are re-put
+            # (they were counted as written already).
+            buffered = [trace for group in self._take_buffer() for trace in group.traces]
+            self._encoder, self._version = encoder, version
+            for trace in buffered:
+                try:
+                    encoder.put(trace)
+                except BufferFull:
+                    messages.append(self._count_dropped(1, "buffer_full", None))
+                except BufferItemTooLarge:
+                    messages.append(self._count_dropped(1, "trace_too_large", None))
+                except Exception as error:
+                    messages.append(self._count_dropped(1, "bad_input", error))
+                else:
+                    self._traces.append(trace)
+        for message in messages:
+            if message:
+                log.warning(message)
 
     def _negotiate(self) -> None:
         """Ask the agent's /info which trace endpoints it has."""
@@ -587,9 +588,9 @@ class AgentWriter:
             return
         self._negotiated = True
 
-    def _deliver(self, batch: _Batch, group: List[_Record], payload: bytes) -> Optional[str]:
-        """Send one payload with retries; settle the group unless it is to be split or re-encoded."""
-        version = self._encoder.version
+    def _deliver(self, batch: _Batch, group: List[Trace], payload: bytes) -> Optional[str]:
+        """Send one payload with retries; settle ``group`` unless it is to be split or re-encoded."""
+        version = self._version
         headers = self._encoder.headers(len(group))
         # Without it the agent answers 200 even when it drops the payload for load.
         headers["Datadog-Send-Real-Http-Status"] = "true"
@@ -616,16 +617,15 @@ class AgentWriter:
                 with self._lock:
                     self._payloads_sent += 1
                     self._bytes_sent += len(payload)
-                    self._confirmed = True
                 self._settle(batch, group, None)
                 self._report(body)
-                return _Outcome.SENT
+                return None
             if status in _DOWNGRADE_STATUSES and version != "v0.4":
                 if self._downgrade(version):
-                    return _Outcome.DOWNGRADE
+                    return _REENCODE
             if status == 413:
                 if len(group) > 1:
-                    return _Outcome.SPLIT
+                    return _SPLIT
                 self._settle(batch, group, "trace_too_large", _HTTPStatus(status, body))
                 return None
             if status >= 500 or status in _RETRY_STATUSES:
@@ -693,6 +693,14 @@ class AgentWriter:
                 self.on_response(reply)
             except Exception:
                 log.exception("spanpack.AgentWriter: on_response raised")
+
+
+
+
+def _halves(traces: List[Trace]) -> Tuple[_Group, _Group]:
+    """Two groups, the second half first: they are pushed on a stack."""
+    half = len(traces) // 2
+    return _Group(traces[half:]), _Group(traces[:half])
 
 
 class _HTTPStatus(Exception):
