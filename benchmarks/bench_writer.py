@@ -36,7 +36,7 @@ from spanpack import samples
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from agent import start_agent  # noqa: E402  (tests/agent.py)
-from fault_server import refusing_url  # noqa: E402
+from fault_server import FaultServer, refusing_url  # noqa: E402
 
 BIG = 256 << 20
 SHAPES = {"span_1": 0, "web_51": 50}
@@ -89,8 +89,8 @@ def _producers(writer, traces, threads):
     return written, delivered
 
 
-def _throughput_round(agent, version, threads, traces):
-    writer = spanpack.AgentWriter(agent.base_url, version=version, flush_interval=0.2, max_buffer_size=BIG)
+def _throughput_round(url, version, threads, traces):
+    writer = spanpack.AgentWriter(url, version=version, flush_interval=0.2, max_buffer_size=BIG)
     try:
         written, delivered = _producers(writer, traces, threads)
         stats = writer.stats
@@ -118,22 +118,30 @@ if pytest is not None:
         benchmark.group = "write cost %s %s" % (shape, version)
         trace = _trace(SHAPES[shape])
         idle = IdleWriter(version)
-        encoder = idle.writer._encoder
+        encoder = idle.writer._new_encoder(version)  # the writer's limits, its own buffer
         calls = {"encode_trace": encoder.encode_trace, "put": encoder.put, "write": idle.writer.write}
+        empty = encoder.encode if how == "put" else idle.empty
         try:
-            benchmark.pedantic(calls[how], args=(trace,), setup=idle.empty, rounds=100, iterations=200)
+            benchmark.pedantic(calls[how], args=(trace,), setup=empty, rounds=100, iterations=200)
             assert idle.writer.stats["traces_dropped"] == 0
         finally:
             idle.close()
 
+    @pytest.fixture(scope="module")
+    def sink():
+        with FaultServer() as server:
+            yield server
+
     @pytest.mark.parametrize("version", ["v0.4", "v0.5"])
     @pytest.mark.parametrize("threads", PRODUCERS)
-    def test_throughput_to_agent(benchmark, agent, version, threads):
-        benchmark.group = "throughput to the test agent %s" % version
+    @pytest.mark.parametrize("to", ["test_agent", "sink"])
+    def test_throughput(benchmark, agent, sink, version, threads, to):
+        benchmark.group = "throughput to the %s %s" % (to, version)
         traces = samples.as_slotted(samples.web_traces(TRACES_PER_ROUND))
+        url = agent.base_url if to == "test_agent" else sink.url
         figures = []
         benchmark.pedantic(
-            lambda: figures.append(_throughput_round(agent, version, threads, traces)),
+            lambda: figures.append(_throughput_round(url, version, threads, traces)),
             rounds=3,
             iterations=1,
         )
@@ -142,7 +150,7 @@ if pytest is not None:
 
     @pytest.mark.parametrize("version", ["v0.4", "v0.5"])
     def test_throughput_encoder_alone(benchmark, version):
-        benchmark.group = "throughput to the test agent %s" % version
+        benchmark.group = "throughput, encoder alone %s" % version
         traces = samples.as_slotted(samples.web_traces(TRACES_PER_ROUND))
         encoder = spanpack.TraceMsgPackEncoder(version, max_size=BIG)
         benchmark(encoder.encode_traces, traces)
@@ -169,10 +177,10 @@ def main():
         for shape, children in SHAPES.items():
             trace = _trace(children)
             idle = IdleWriter(version)
-            encoder = idle.writer._encoder
+            encoder = idle.writer._new_encoder(version)  # the writer's limits, its own buffer
             try:
                 encode = _best_per_call(encoder.encode_trace, trace, idle.empty)
-                put = _best_per_call(encoder.put, trace, idle.empty)
+                put = _best_per_call(encoder.put, trace, encoder.encode)
                 write = _best_per_call(idle.writer.write, trace, idle.empty)
             finally:
                 idle.close()
@@ -182,23 +190,28 @@ def main():
             )
 
     agent = start_agent()
+    sink = FaultServer().start()
     try:
         traces = samples.as_slotted(samples.web_traces(TRACES_PER_ROUND))
         spans = samples.span_count(traces)
-        print("\nspans/s to the test agent (%d traces of 51 spans; best of 3)" % TRACES_PER_ROUND)
-        print("%-6s %-22s %12s %12s" % ("ver", "producers", "written", "delivered"))
+        print("\nspans/s (%d traces of 51 spans; best of 3): written = producers done," % TRACES_PER_ROUND)
+        print("delivered = flush() done, to the APM test agent and to tests/fault_server.py as a sink")
+        print("%-6s %-22s %12s %16s %16s" % ("ver", "producers", "written", "delivered agent", "delivered sink"))
         for version in ("v0.4", "v0.5"):
             encoder = spanpack.TraceMsgPackEncoder(version, max_size=BIG)
             alone = min(timeit.repeat(lambda: encoder.encode_traces(traces), number=1, repeat=5))
-            print("%-6s %-22s %12.0f %12s" % (version, "encode_traces alone", spans / alone, "-"))
+            print("%-6s %-22s %12.0f %16s %16s" % (version, "encode_traces alone", spans / alone, "-", "-"))
             for threads in PRODUCERS:
-                rounds = [_throughput_round(agent, version, threads, traces) for _ in range(3)]
+                to_agent = [_throughput_round(agent.base_url, version, threads, traces) for _ in range(3)]
+                to_sink = [_throughput_round(sink.url, version, threads, traces) for _ in range(3)]
                 print(
-                    "%-6s %-22s %12.0f %12.0f"
+                    "%-6s %-22s %12.0f %16.0f %16.0f"
                     % (version, "%d thread%s" % (threads, "" if threads == 1 else "s"),
-                       max(r[0] for r in rounds), max(r[1] for r in rounds))
+                       max(r[0] for r in to_agent + to_sink), max(r[1] for r in to_agent),
+                       max(r[1] for r in to_sink))
                 )
     finally:
+        sink.stop()
         agent.stop()
 
 

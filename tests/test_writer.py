@@ -622,3 +622,26 @@ def test_exit_with_the_agent_down_is_bounded(server, agent):
     assert set(stats["dropped_by_reason"]) <= {"stopped", "retries_exhausted"}
     assert "dropped 10 traces" in result.stderr
     assert elapsed < 30
+
+
+def test_the_stub_matches_the_class():
+    """python/spanpack/writer.pyi lists exactly AgentWriter's public surface."""
+    import ast
+    import inspect
+
+    stub_path = os.path.join(os.path.dirname(spanpack.__file__), "writer.pyi")
+    with open(stub_path) as f:
+        tree = ast.parse(f.read())
+    stub_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AgentWriter")
+    stub_methods = {n.name: n for n in stub_class.body if isinstance(n, ast.FunctionDef)}
+    public = {name for name in vars(AgentWriter) if not name.startswith("_")} | {"__init__"}
+    assert set(stub_methods) == public
+    for name, node in stub_methods.items():
+        if isinstance(vars(AgentWriter)[name], property):
+            continue
+        real = inspect.signature(getattr(AgentWriter, name))
+        stub_args = node.args
+        names = [a.arg for a in stub_args.args + stub_args.kwonlyargs]
+        names += [a.arg for a in (stub_args.vararg, stub_args.kwarg) if a is not None]
+        assert names == list(real.parameters), name
+    assert "AgentWriter" in spanpack.__all__ and spanpack.AgentWriter is AgentWriter
