@@ -637,7 +637,7 @@ class AgentWriter:
         return None
 
     def _sleep_before_retry(self, attempt: int, error: Optional[BaseException]) -> bool:
-        """Back off (exponential, full jitter); False if stop()'s deadline comes first."""
+        """Back off (doubling, each wait drawn from its upper half); False if stop()'s deadline comes first."""
         delay = 0.0 if isinstance(error, _StaleConnection) else self.retry_backoff * (2 ** (attempt - 1))
         end = time.monotonic() + random.uniform(delay / 2, delay)
         with self._lock:
