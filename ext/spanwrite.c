@@ -41,6 +41,7 @@ location_text(SpanWriter *w, const char *field, PyObject *key)
 int
 span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, const char *format, ...)
 {
+    span_hold_values(w);
     /* `key` may be borrowed from a dict that the repr of a value in the
      * message (Python code) empties or replaces: hold it until it is named. */
     Py_XINCREF(key);
@@ -63,6 +64,7 @@ span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, cons
 int
 span_reraise(SpanWriter *w, const char *field, PyObject *key)
 {
+    span_hold_values(w);
     PyObject *type = NULL;
     if (PyErr_ExceptionMatches(PyExc_UnicodeError)) {
         type = PyExc_ValueError;
@@ -73,6 +75,9 @@ span_reraise(SpanWriter *w, const char *field, PyObject *key)
     else if (PyErr_ExceptionMatches(PyExc_OverflowError) ||
              PyErr_ExceptionMatches(PyExc_ValueError)) {
         type = PyExc_ValueError;
+    }
+    else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        type = PyExc_AttributeError; /* raised by a span's getter */
     }
     if (type == NULL) {
         return -1;
@@ -156,6 +161,7 @@ truncated_bytes(const char *data)
 const char *
 span_utf8(SpanWriter *w, PyObject *str, const char *field, PyObject *key, Py_ssize_t *size)
 {
+    span_hold_values(w); /* the encoding error is an exception object */
     Py_XINCREF(key);
     const char *utf8 = PyUnicode_AsUTF8AndSize(str, size);
     if (utf8 == NULL) {
@@ -171,6 +177,7 @@ static int text_prepare_held(SpanWriter *w, PyObject *value, const char *field, 
 int
 text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key, PreparedText *text)
 {
+    span_hold_values(w); /* str subclasses, truncation, decoding: all may fail */
     Py_XINCREF(key);
     int result = text_prepare_held(w, value, field, key, text);
     Py_XDECREF(key);
@@ -492,6 +499,7 @@ int
 map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 {
     if (count > MP_ITEM_LIMIT) {
+        span_hold_values(w);
         PyErr_Format(PyExc_ValueError, "trace %zd, span %zd: map too large", w->trace_index,
                      w->span_index);
         return -1;
@@ -547,6 +555,7 @@ is_data_error(void)
 static int
 raise_dict_changed(SpanWriter *w, const char *field)
 {
+    span_hold_values(w);
     PyErr_Format(PyExc_RuntimeError, "trace %zd, span %zd, %s: dict changed during encoding",
                  w->trace_index, w->span_index, field);
     return -1;

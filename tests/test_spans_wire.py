@@ -596,17 +596,27 @@ def test_v05_error_is_its_int32_value(error, form):
     [
         (None, "00"),
         (-5, "00"),
-        (-(2**70), "00"),
+        (-(2**64) + 1, "00"),
         (0, "00"),
         (2**63 - 1, "cf 7fffffffffffffff"),
         (2**63, "cf 7fffffffffffffff"),
-        (2**64 + 5, "cf 7fffffffffffffff"),
+        (2**64 - 1, "cf 7fffffffffffffff"),
     ],
 )
 def test_v05_start_and_duration_clamped(value, form):
     assert v05(span(start_ns=value, duration_ns=value)) == H(
         "92 95", V05_SEEDS, fs("s"), fs("n"), fs("r"), "91 91 9c 02 03 04 01 02 00", form, form, "00 80 80 00"
     )
+
+
+@pytest.mark.parametrize("field", ["start_ns", "duration_ns"])
+@pytest.mark.parametrize("value", [2**64, -(2**64), 2**70])
+def test_times_beyond_64_bits_raise_in_both_versions(field, value):
+    """Clamping a time that does not fit in 64 bits would send a time the
+    span never had: both versions refuse it, naming the field."""
+    for version in ("v0.4", "v0.5"):
+        with pytest.raises(ValueError, match=r"^trace 0, span 0, %s: " % field):
+            spanpack.TraceMsgPackEncoder(version).encode_traces([[span(**{field: value})]])
 
 
 def test_v05_unfinished_span_duration_0():
