@@ -90,12 +90,16 @@ if hasattr(os, "register_at_fork"):
 
 
 def supported_versions(**encoder_options: Any) -> List[str]:
-    """The trace API versions the installed encoder can write, best first."""
+    """The trace API versions the installed encoder can write, best first.
+
+    A version counts when an encoder for it can be made and its buffer used
+    (the writer needs ``put``/``encode``, not only one-shot encoding).
+    """
     found = []
     for version in VERSIONS:
         try:
-            TraceMsgPackEncoder(version, **encoder_options)
-        except ValueError:
+            TraceMsgPackEncoder(version, **encoder_options).encode()
+        except (ValueError, TypeError, NotImplementedError):
             continue
         found.append(version)
     return found
