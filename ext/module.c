@@ -184,7 +184,8 @@ spanpack_free(void *module)
 
 static PyMethodDef spanpack_functions[] = {
     {"packb", (PyCFunction)(void (*)(void))spanpack_packb, METH_FASTCALL | METH_KEYWORDS,
-     "packb(obj, **options) -> bytes\n\nPack obj with Packer(**options)."},
+     "packb($module, obj, /, **options)\n--\n\nPack obj with Packer(**options): bytes, or None "
+     "with autoreset=False."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -314,7 +314,7 @@ static int
 read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
 {
     if (value == NULL) {
-        return span_error(w, PyExc_TypeError, "trace_id", NULL, "missing");
+        return raise_missing_field(w, SF_TRACE_ID);
     }
     if (!PyLong_Check(value)) {
         return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
@@ -659,6 +659,27 @@ raise_not_dict(SpanWriter *w, PyObject *value, const char *field)
 #define SPAN_OBJECT_PREFETCH_DISTANCE 4
 #define SPAN_VALUES_PREFETCH_DISTANCE 2
 
+/* Values that are never spans (a span is a dict, or an object whose
+ * attributes are the fields): a trace nested one level too deep, or a
+ * placeholder, would otherwise be reported as lacking trace_id. */
+static inline int
+is_not_span(PyObject *span)
+{
+    const unsigned long builtin_kinds = Py_TPFLAGS_LONG_SUBCLASS | Py_TPFLAGS_LIST_SUBCLASS |
+                                        Py_TPFLAGS_TUPLE_SUBCLASS | Py_TPFLAGS_BYTES_SUBCLASS |
+                                        Py_TPFLAGS_UNICODE_SUBCLASS;
+    return span == Py_None || (Py_TYPE(span)->tp_flags & builtin_kinds) != 0 ||
+           PyFloat_Check(span) || PyByteArray_Check(span) || PyAnySet_Check(span);
+}
+
+static SP_NOINLINE int
+raise_not_span(SpanWriter *w, PyObject *span)
+{
+    PyErr_Format(PyExc_TypeError, "trace %zd, span %zd: expected a span object or dict, not %.200s",
+                 w->trace_index, w->span_index, Py_TYPE(span)->tp_name);
+    return -1;
+}
+
 int
 write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span)
 {
@@ -678,7 +699,8 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     }
     TraceInfo info;
     PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
-    int result = trace_info_read(w, first, &info);
+    w->span_index = 0;
+    int result = is_not_span(first) ? raise_not_span(w, first) : trace_info_read(w, first, &info);
     Py_DECREF(first);
     if (result < 0) {
         return -1;
@@ -716,7 +738,8 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
             }
         }
         PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
-        result = write_span(w, span, &info);
+        result = SP_UNLIKELY(is_not_span(span)) ? raise_not_span(w, span)
+                                                 : write_span(w, span, &info);
         Py_DECREF(span);
     }
     trace_info_release(&info);

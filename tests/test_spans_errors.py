@@ -457,10 +457,10 @@ def test_bad_trace_containers(version):
         encoder.put(None)
     with pytest.raises(TypeError):
         encoder.encode_trace("spans")
-    # A span that is neither a dict nor has the fields.
-    with pytest.raises(TypeError, match=r"^trace 0, span 1, span_id"):
+    # A span that is neither a dict nor an object with attributes.
+    with pytest.raises(TypeError, match=r"^trace 0, span 1: expected a span object or dict, not int"):
         encoder.encode_traces([[span(), 5]])
-    with pytest.raises(TypeError, match=r"^trace 0, span 0, "):
+    with pytest.raises(TypeError, match=r"^trace 0, span 0: expected a span object or dict, not NoneType"):
         encoder.encode_traces([[None]])
     assert encoder.encode_traces([[span()]]) == spanpack.TraceMsgPackEncoder(version).encode_traces([[span()]])
 
@@ -698,3 +698,34 @@ def test_lenient_dropped_trace_id_high_tag_is_replaced(version):
     payload = encoder.encode_traces([[span(trace_id=trace_id, meta={"_dd.p.tid": 5})]])
     assert encoder.dropped_tags == 1
     assert payload == spanpack.TraceMsgPackEncoder(version).encode_traces([[span(trace_id=trace_id)]])
+
+
+# ---------------------------------------------------------------------------
+# Items that are not spans, and one format for missing fields
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("item, type_name", [
+    (None, "NoneType"), (5, "int"), (True, "bool"), (1.5, "float"), ("span", "str"),
+    (b"span", "bytes"), ([{"span_id": 1}], "list"), ((1, 2), "tuple"), ({1}, "set"),
+])
+@pytest.mark.parametrize("position", [0, 1])
+def test_an_item_that_is_not_a_span_is_named(version, item, type_name, position):
+    trace = [span(), span(span_id=3)]
+    trace[position] = item
+    with pytest.raises(TypeError) as info:
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[span()], trace])
+    assert str(info.value) == "trace 1, span %d: expected a span object or dict, not %s" % (position, type_name)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("field", ["trace_id", "span_id", "name", "start_ns"])
+@pytest.mark.parametrize("form", ["dict", "object"])
+def test_missing_fields_are_reported_in_one_format(version, field, form):
+    values = span(**{field: MISSING})
+    item = values if form == "dict" else type("Partial", (), {})()
+    if form == "object":
+        item.__dict__.update(values)
+    with pytest.raises(TypeError) as info:
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[item]])
+    assert str(info.value) == "trace 0, span 0, %s: missing (no attribute or key '%s')" % (field, field)

@@ -676,3 +676,19 @@ def test_encoder_attributes():
     # Empty buffered sizes, as the reference encoder reports them.
     assert spanpack.TraceMsgPackEncoder("v0.4").size == 1
     assert spanpack.TraceMsgPackEncoder("v0.5").size == 15
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_metrics_written_as_float64(value):
+    """NaN and infinities are kept as the float64 the tracer set: msgpack
+    carries them and the agent's decoders accept them (ddtrace's own
+    set_metric refuses to store them, so its spans never hold one)."""
+    expected_value = msgpack.packb(value)  # cb + the IEEE 754 bits
+    assert expected_value[0] == 0xCB
+    for version in ("v0.4", "v0.5"):
+        payload = spanpack.TraceMsgPackEncoder(version).encode_traces([[span(metrics={"m": value})]])
+        assert expected_value in payload
+        decoded = msgpack.unpackb(payload, strict_map_key=False)
+        metrics = decoded[0][0]["metrics"] if version == "v0.4" else decoded[1][0][0][10]
+        (got,) = metrics.values()
+        assert (got != got) if value != value else got == value
