@@ -20,7 +20,11 @@ Contenders, each checked to decode to the same spans before it is timed:
 * msgspec encoding equivalent ``msgspec.Struct`` spans (already built: its
   best case) into the same v0.4 maps;
 * ``msgpack.packb`` of a ``to_dict()`` per span (what a tracer without an
-  encoder of its own does).
+  encoder of its own does);
+* the read floor (``benchmarks/readfloor``, a C helper built for the
+  benchmarks only): every field spanpack reads, through the C API's generic
+  attribute lookup, and every tag's key and value, with nothing written —
+  the cost no encoder of these objects avoids.
 
 No test asserts anything about timings.
 """
@@ -34,6 +38,11 @@ import msgpack
 import pytest
 
 import spanpack
+
+sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+from readfloor.build import load as load_read_floor  # noqa: E402
+
+READ_FLOOR = load_read_floor()
 
 try:
     import attrs
@@ -185,6 +194,8 @@ def contenders(spans: List[Any]) -> Dict[str, Callable[[], bytes]]:
         structs = [[V04(**_v04_map({f: getattr(s, f) for f in CORE})) for s in spans]]
         encoder = msgspec.msgpack.Encoder()
         found["msgspec Structs"] = lambda: encoder.encode(structs)
+    if READ_FLOOR is not None:
+        found["read floor"] = lambda: READ_FLOOR.read_traces(trace, ALL)
     return found
 
 
@@ -196,7 +207,7 @@ def _decoded_v04(payload: bytes) -> Any:
 def check(shape_spans: List[Any], fns: Dict[str, Callable[[], bytes]]) -> None:
     reference = _decoded_v04(fns["spanpack v0.4"]())
     for name, fn in fns.items():
-        if "v0.5" in name:
+        if "v0.5" in name or name == "read floor":
             continue
         assert _decoded_v04(fn()) == reference, name
 
@@ -206,12 +217,12 @@ SHAPES = shapes()
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("contender", ["spanpack v0.4", "spanpack v0.5", "msgpack.packb(to_dict)",
-                                       "msgspec Structs"])
+                                       "msgspec Structs", "read floor"])
 def test_user_span_class(benchmark, shape, contender):
     spans = SHAPES[shape]()
     fns = contenders(spans)
     if contender not in fns:
-        pytest.skip("%s is not installed" % contender.split()[0])
+        pytest.skip("%s is not available" % contender)
     check(spans, fns)
     benchmark.group = "user class: " + shape
     benchmark.extra_info["spans"] = SPANS
