@@ -1,10 +1,10 @@
 """Instructions per span under callgrind for the span classes users write.
 
-    python benchmarks/callgrind_user_spans.py                 # every shape of bench_user_spans
+    python benchmarks/callgrind_user_spans.py                 # every shape of spanpack.user_spans
     python benchmarks/callgrind_user_spans.py --shapes plain slots-core
 
 One valgrind run: the driver (this file with --driver) builds each shape of
-``bench_user_spans.SHAPES`` (one trace of 1,000 spans) and calls
+``spanpack.user_spans.SHAPES`` (one trace of 1,000 spans) and calls
 ``encode_traces`` on it three times per version; collection is on only inside
 the C entry point (``--toggle-collect=trace_encoder_encode_traces``) and a
 dump is written after each call.  The last of the three calls (warm caches) is
@@ -29,14 +29,13 @@ CALLS = 3
 def driver(order_path, names):
     import gc
 
-    sys.path.insert(0, HERE)
-    import bench_user_spans
     import spanpack
+    from spanpack import user_spans
 
     order = []
     gc.disable()
     for name in names:
-        trace = [bench_user_spans.SHAPES[name]()]
+        trace = [user_spans.SHAPES[name]()]
         for version in ("v0.4", "v0.5"):
             encoder = spanpack.TraceMsgPackEncoder(version)
             for _ in range(CALLS):
@@ -62,10 +61,9 @@ def main():
     if args.driver:
         driver(args.driver[0], args.driver[1:])
         return 0
-    sys.path.insert(0, HERE)
-    import bench_user_spans
+    from spanpack import user_spans
 
-    names = args.shapes or list(bench_user_spans.SHAPES)
+    names = args.shapes or list(user_spans.SHAPES)
     with tempfile.TemporaryDirectory() as tmp:
         order_path = os.path.join(tmp, "order.json")
         out = os.path.join(tmp, "callgrind.out")
