@@ -719,7 +719,8 @@ raise_not_dict(SpanWriter *w, PyObject *value, const char *field)
 
 /* Values that are never spans (a span is a dict, or an object whose
  * attributes are the fields): a trace nested one level too deep, or a
- * placeholder, would otherwise be reported as lacking trace_id. */
+ * placeholder, would otherwise be reported as lacking trace_id.  Asked only
+ * once a required field is found missing. */
 static inline int
 is_not_span(PyObject *span)
 {
@@ -758,7 +759,9 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     TraceInfo info;
     PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
     w->span_index = 0;
-    int result = is_not_span(first) ? raise_not_span(w, first) : trace_info_read(w, first, &info);
+    w->span = first;
+    int result = trace_info_read(w, first, &info);
+    w->span = NULL;
     Py_DECREF(first);
     if (result < 0) {
         return -1;
@@ -796,8 +799,9 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
             }
         }
         PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
-        result = SP_UNLIKELY(is_not_span(span)) ? raise_not_span(w, span)
-                                                 : write_span(w, span, &info);
+        w->span = span;
+        result = write_span(w, span, &info);
+        w->span = NULL;
         Py_DECREF(span);
     }
     trace_info_release(&info);
@@ -808,6 +812,10 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
 int
 raise_missing_field(SpanWriter *w, int field)
 {
+    /* An item that is no span at all lacks every field: say what it is. */
+    if (w->span != NULL && is_not_span(w->span)) {
+        return raise_not_span(w, w->span);
+    }
     return span_error(w, PyExc_TypeError, span_field_names[field], NULL,
                       "missing (no attribute or key %R)", w->reader->attribute[field]);
 }

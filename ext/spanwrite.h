@@ -72,8 +72,10 @@ typedef struct {
     StringTable *strings;
     strtable_encode_fn encode_string;
     HoleList *holes;
-    /* The fields of the span being written, while they are (or may be)
-     * borrowed: every path that can run Python code owns them first. */
+    /* The span being written (held by the caller), and its fields while
+     * they are (or may be) borrowed: every path that can run Python code
+     * owns them first. */
+    PyObject *span;
     SpanValues *values;
     /* The tag keys of one map that are (or look like) cut text, as written,
      * to refuse a second key that cuts to the same text (a decoder would
