@@ -184,8 +184,10 @@ spanpack_free(void *module)
 
 static PyMethodDef spanpack_functions[] = {
     {"packb", (PyCFunction)(void (*)(void))spanpack_packb, METH_FASTCALL | METH_KEYWORDS,
-     "packb($module, obj, /, **options)\n--\n\nPack obj with Packer(**options): bytes, or None "
-     "with autoreset=False."},
+     "packb($module, obj, /, *, default=None, use_single_float=False, autoreset=True, "
+     "use_bin_type=True, strict_types=False, datetime=False, unicode_errors=None, "
+     "buf_size=None)\n--\n\nPack obj with Packer(**options): bytes, or None with "
+     "autoreset=False."},
     {NULL, NULL, 0, NULL},
 };
 
