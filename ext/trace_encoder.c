@@ -289,12 +289,18 @@ trace_encoder_dealloc(TraceEncoderObject *self)
  * One-shot encoding */
 
 /* A v0.4 payload of a known trace count is written behind room for its
- * header and handed out without a copy; v0.5 puts its string table in front
- * and so is copied behind it anyway (see payload_init). */
+ * header and handed out without a copy, unless it is likely to outgrow its
+ * first buffer (its predecessor reached the size hint's cap): a bytes object
+ * that must grow is copied to heap memory and then once more when finished,
+ * heap memory is remapped as it grows and copied once.  v0.5 puts its string
+ * table in front and so is always copied behind it (see payload_init). */
 static Py_ssize_t
 one_shot_header_room(const TraceEncoderObject *self, Py_ssize_t trace_count)
 {
-    return self->version == 4 ? array_header_size(trace_count) : 0;
+    if (self->version == 5 || self->size_hint >= MAX_SIZE_HINT) {
+        return 0;
+    }
+    return array_header_size(trace_count);
 }
 
 static PyObject *
