@@ -40,10 +40,11 @@ CHILD_TIMEOUT = 300
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
-def run_child(body: str) -> dict:
-    """Run CHILD_PRELUDE and `body` in a fresh interpreter; it prints one JSON object."""
+def run_child(body: str, definitions: str = "") -> dict:
+    """Run CHILD_PRELUDE, `definitions` and `body` in a fresh interpreter; the
+    body prints one JSON object."""
     completed = subprocess.run(
-        [sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(body)],
+        [sys.executable, "-c", CHILD_PRELUDE + definitions + textwrap.dedent(body)],
         capture_output=True,
         text=True,
         timeout=CHILD_TIMEOUT,
@@ -159,3 +160,160 @@ def test_v05_encode_that_runs_out_of_memory_keeps_the_buffered_traces():
     assert result["before"][1] == result["size"]
     assert result["identical"]
     assert result["trace_ids"] == [1, 2]
+
+
+NOMEMORY_CHILD = """
+import gc
+import _testcapi
+
+FAILED = object()
+SENTINEL = "".join(["sentinel-", "value"])  # a str only these traces hold
+
+def make_traces():
+    # Each trace outgrows the 4 KiB buffers a put() starts with and brings
+    # more new strings than a v0.5 string table's first 64 entries; all four
+    # outgrow the 16 KiB a one-shot payload starts with.
+    return [
+        [span(10 + t, i + 1, service=SENTINEL,
+              meta={"key%d" % k: "value-%d-%d-%d" % (t, i, k) for k in range(30)})
+         for i in range(8)]
+        for t in range(4)
+    ]
+
+TRACES = make_traces()
+# Twice the size of the traces buffered before it: the buffer must grow.
+LARGE_TRACE = TRACES[2] + TRACES[3]
+
+def encoders(version, split):
+    options = {"max_size": 1 << 30}
+    if split:
+        # The two buffered traces share a payload; put(LARGE_TRACE) seals it.
+        large = len(spanpack.TraceMsgPackEncoder(version).encode_traces([LARGE_TRACE]))
+        options["max_payload_size"] = large * 5 // 4
+    encoder = spanpack.TraceMsgPackEncoder(version, **options)
+    reference = spanpack.TraceMsgPackEncoder(version, **options)
+    for target in (encoder, reference):
+        target.put(TRACES[0])
+        target.put(TRACES[1])
+    return encoder, reference
+
+def same_state(encoder, reference, version):
+    # What encode() would give now; this empties both buffers.
+    if (len(encoder), encoder.size) != (len(reference), reference.size):
+        return False
+    payloads = encoder.encode()
+    if payloads != reference.encode():
+        return False
+    trace_ids(payloads, version)
+    return True
+
+# Each operation: (prepare, replay).  prepare(encoder) returns the bound
+# method and its arguments, made before the allocator fails; replay(encoder,
+# reference, result) repeats a successful call on the reference and compares.
+def put_operation():
+    def prepare(encoder):
+        return encoder.put, (LARGE_TRACE,)
+    def replay(encoder, reference, result):
+        reference.put(LARGE_TRACE)
+        return result is None
+    return prepare, replay
+
+def encode_operation():
+    def prepare(encoder):
+        return encoder.encode, ()
+    def replay(encoder, reference, result):
+        return result == reference.encode()
+    return prepare, replay
+
+def encode_traces_operation():
+    def prepare(encoder):
+        return encoder.encode_traces, (TRACES,)
+    def replay(encoder, reference, result):
+        return result == reference.encode_traces(TRACES)
+    return prepare, replay
+
+def encode_trace_operation():
+    def prepare(encoder):
+        return encoder.encode_trace, (TRACES[2],)
+    def replay(encoder, reference, result):
+        expected = reference.join_encoded([reference.encode_trace(TRACES[2])])
+        return encoder.join_encoded([result]) == expected
+    return prepare, replay
+
+def join_encoded_operation():
+    def prepare(encoder):
+        return encoder.join_encoded, ([encoder.encode_trace(t) for t in TRACES[1:]],)
+    def replay(encoder, reference, result):
+        return result == reference.join_encoded([reference.encode_trace(t) for t in TRACES[1:]])
+    return prepare, replay
+
+def one_shot_again(name, encoder, reference):
+    # A failed one-shot call, repeated without failures, matches the reference.
+    if name == "encode_traces":
+        return encoder.encode_traces(TRACES) == reference.encode_traces(TRACES)
+    if name in ("encode_trace", "join_encoded"):
+        parts = [encoder.encode_trace(t) for t in TRACES[1:]]
+        expected = [reference.encode_trace(t) for t in TRACES[1:]]
+        return encoder.join_encoded(parts) == reference.join_encoded(expected)
+    return True
+
+OPERATIONS = {
+    "put": put_operation(),
+    "encode": encode_operation(),
+    "encode_traces": encode_traces_operation(),
+    "encode_trace": encode_trace_operation(),
+    "join_encoded": join_encoded_operation(),
+}
+
+def fail_each_allocation(name, version, split, fail_all_after):
+    prepare, replay = OPERATIONS[name]
+    baseline = sys.getrefcount(SENTINEL)
+    for n in range(10_000):
+        encoder, reference = encoders(version, split)
+        method, args = prepare(encoder)
+        # The n-th allocation from here fails (and with fail_all_after, every
+        # later one too); nothing but the C call runs in between.
+        _testcapi.set_nomemory(n, 0 if fail_all_after else n + 1)
+        try:
+            result = method(*args)
+        except MemoryError:
+            result = FAILED
+        finally:
+            _testcapi.remove_mem_hooks()
+        where = "%s %s split=%s n=%d" % (name, version, split, n)
+        failed = result is FAILED
+        if failed:
+            assert one_shot_again(name, encoder, reference), "one-shot result differs: " + where
+            assert same_state(encoder, reference, version), "buffer changed by failure: " + where
+        else:
+            assert replay(encoder, reference, result), "result differs: " + where
+            assert same_state(encoder, reference, version), "buffer differs: " + where
+        del encoder, reference, method, args, result
+        gc.collect()
+        assert sys.getrefcount(SENTINEL) == baseline, "references leaked: " + where
+        if not failed:
+            return n  # the call needs no more than n allocations
+    raise AssertionError("%s still failing after 10,000 allocations" % name)
+"""
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_every_failed_allocation_leaves_the_encoder_as_it_was(version):
+    testcapi = pytest.importorskip("_testcapi")
+    if not hasattr(testcapi, "set_nomemory"):
+        pytest.skip("_testcapi.set_nomemory is not available")
+    result = run_child(
+        f"""
+        counts = {{}}
+        for name in OPERATIONS:
+            # Splitting into several payloads only concerns the buffer.
+            for split in (False, True) if name in ("put", "encode") else (False,):
+                for fail_all_after in (False, True):
+                    key = "%s split=%s fail_all_after=%s" % (name, split, fail_all_after)
+                    counts[key] = fail_each_allocation(name, {version!r}, split, fail_all_after)
+        print(json.dumps(counts))
+        """,
+        NOMEMORY_CHILD,
+    )
+    # Every call allocated, so every one was made to fail at least once.
+    assert result and all(count > 0 for count in result.values()), result
