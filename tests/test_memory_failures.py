@@ -317,3 +317,59 @@ def test_every_failed_allocation_leaves_the_encoder_as_it_was(version):
     )
     # Every call allocated, so every one was made to fail at least once.
     assert result and all(count > 0 for count in result.values()), result
+
+
+# ---------------------------------------------------------------------------
+# Lengths beyond 32 bits
+
+
+@pytest.mark.parametrize("length", [0, 1, 2**16, MSGPACK_LIMIT])
+def test_header_length_check_accepts_32_bit_lengths(length):
+    assert core._check_msgpack_length(length) is None
+
+
+@pytest.mark.parametrize("length", [MSGPACK_LIMIT + 1, MSGPACK_LIMIT + 2, 2**40, 2**63 - 1, -1])
+def test_header_length_check_rejects_longer_lengths(length):
+    # The check every str/bin/ext/array/map header writer applies (Packer,
+    # span writers, payload headers): beyond 32 bits a header would carry the
+    # length modulo 2**32.
+    with pytest.raises(ValueError, match=r"too large \(%d; msgpack allows at most 2\*\*32-1\)" % length):
+        core._check_msgpack_length(length)
+
+
+@pytest.fixture(scope="module")
+def view_beyond_limit():
+    """A memoryview one byte longer than msgpack allows, over an anonymous
+    mapping that is never touched (so it costs address space, not memory)."""
+    try:
+        mapping = mmap.mmap(-1, MSGPACK_LIMIT + 1)
+    except (OverflowError, OSError, ValueError) as error:
+        pytest.skip(f"cannot map 4 GiB of address space: {error}")
+    view = memoryview(mapping)
+    yield view
+    view.release()
+    mapping.close()
+
+
+@pytest.mark.parametrize("use_bin_type", [True, False])
+def test_packer_rejects_a_buffer_beyond_the_limit_as_msgpack_does(view_beyond_limit, use_bin_type):
+    with pytest.raises(ValueError):
+        msgpack.packb(view_beyond_limit, use_bin_type=use_bin_type)
+    packer = spanpack.Packer(autoreset=False, use_bin_type=use_bin_type)
+    packer.pack(1)
+    with pytest.raises(ValueError, match="memoryview is too large"):
+        packer.pack([view_beyond_limit])
+    with pytest.raises(ValueError, match="ext data is too large"):
+        packer.pack_ext_type(5, view_beyond_limit)
+    # What was packed before the failed calls is kept, and nothing else.
+    assert packer.bytes() == msgpack.packb(1)
+
+
+def test_meta_struct_value_beyond_the_limit_names_its_key(view_beyond_limit):
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    span = {"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 0, "meta_struct": {"doc": view_beyond_limit}}
+    with pytest.raises(ValueError, match=r"trace 0, span 0, meta_struct key 'doc': memoryview is too large"):
+        encoder.encode_traces([[span]])
+    with pytest.raises(ValueError, match="meta_struct key 'doc'"):
+        encoder.put([span])
+    assert len(encoder) == 0 and encoder.encode() == []
