@@ -914,7 +914,8 @@ packer_pack_ext_type(PackerObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     PyObject *result = NULL;
     SP_BEGIN_CRITICAL_SECTION(self);
-    if (packer_check_exports(self) == 0 && mp_write_ext(&self->buf, (int8_t)code, bytes, size) == 0) {
+    if (packer_check_exports(self) == 0 &&
+        mp_write_ext(&self->buf, (int8_t)code, bytes, size) == 0) {
         result = packer_result(self);
     }
     SP_END_CRITICAL_SECTION();
