@@ -201,9 +201,11 @@ spanpack_check_msgpack_length(PyObject *module, PyObject *arg)
 
 static PyMethodDef spanpack_functions[] = {
     {"packb", (PyCFunction)(void (*)(void))spanpack_packb, METH_FASTCALL | METH_KEYWORDS,
-     "packb(obj, **options) -> bytes\n\nPack obj with Packer(**options)."},
+     "packb($module, obj, /, **options)\n--\n\nPack obj with Packer(**options): bytes, or None "
+     "with autoreset=False."},
     {"_check_msgpack_length", spanpack_check_msgpack_length, METH_O,
-     "_check_msgpack_length(n): raise ValueError unless n fits a msgpack header (tests only)."},
+     "_check_msgpack_length($module, length, /)\n--\n\nRaise ValueError unless length fits a "
+     "msgpack header (a test hook)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -356,7 +356,7 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     result = 0;
 error:
     Py_XDECREF(events_text);
-    spanvalues_release(&v);
+    span_values_release(w, &v);
     return result;
 }
 

@@ -41,6 +41,7 @@ location_text(SpanWriter *w, const char *field, PyObject *key)
 int
 span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, const char *format, ...)
 {
+    span_hold_values(w);
     /* `key` may be borrowed from a dict that the repr of a value in the
      * message (Python code) empties or replaces: hold it until it is named. */
     Py_XINCREF(key);
@@ -63,6 +64,7 @@ span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, cons
 int
 span_reraise(SpanWriter *w, const char *field, PyObject *key)
 {
+    span_hold_values(w);
     PyObject *type = NULL;
     if (PyErr_ExceptionMatches(PyExc_UnicodeError)) {
         type = PyExc_ValueError;
@@ -73,6 +75,9 @@ span_reraise(SpanWriter *w, const char *field, PyObject *key)
     else if (PyErr_ExceptionMatches(PyExc_OverflowError) ||
              PyErr_ExceptionMatches(PyExc_ValueError)) {
         type = PyExc_ValueError;
+    }
+    else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        type = PyExc_AttributeError; /* raised by a span's getter */
     }
     if (type == NULL) {
         return -1;
@@ -156,6 +161,7 @@ truncated_bytes(const char *data)
 const char *
 span_utf8(SpanWriter *w, PyObject *str, const char *field, PyObject *key, Py_ssize_t *size)
 {
+    span_hold_values(w); /* the encoding error is an exception object */
     Py_XINCREF(key);
     const char *utf8 = PyUnicode_AsUTF8AndSize(str, size);
     if (utf8 == NULL) {
@@ -171,6 +177,7 @@ static int text_prepare_held(SpanWriter *w, PyObject *value, const char *field, 
 int
 text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key, PreparedText *text)
 {
+    span_hold_values(w); /* str subclasses, truncation, decoding: all may fail */
     Py_XINCREF(key);
     int result = text_prepare_held(w, value, field, key, text);
     Py_XDECREF(key);
@@ -307,7 +314,7 @@ static int
 read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
 {
     if (value == NULL) {
-        return span_error(w, PyExc_TypeError, "trace_id", NULL, "missing");
+        return raise_missing_field(w, SF_TRACE_ID);
     }
     if (!PyLong_Check(value)) {
         return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
@@ -545,6 +552,7 @@ is_data_error(void)
 static int
 raise_dict_changed(SpanWriter *w, const char *field)
 {
+    span_hold_values(w);
     PyErr_Format(PyExc_RuntimeError, "trace %zd, span %zd, %s: dict changed during encoding",
                  w->trace_index, w->span_index, field);
     return -1;
@@ -648,6 +656,27 @@ raise_not_dict(SpanWriter *w, PyObject *value, const char *field)
 #define SPAN_OBJECT_PREFETCH_DISTANCE 4
 #define SPAN_VALUES_PREFETCH_DISTANCE 2
 
+/* Values that are never spans (a span is a dict, or an object whose
+ * attributes are the fields): a trace nested one level too deep, or a
+ * placeholder, would otherwise be reported as lacking trace_id. */
+static inline int
+is_not_span(PyObject *span)
+{
+    const unsigned long builtin_kinds = Py_TPFLAGS_LONG_SUBCLASS | Py_TPFLAGS_LIST_SUBCLASS |
+                                        Py_TPFLAGS_TUPLE_SUBCLASS | Py_TPFLAGS_BYTES_SUBCLASS |
+                                        Py_TPFLAGS_UNICODE_SUBCLASS;
+    return span == Py_None || (Py_TYPE(span)->tp_flags & builtin_kinds) != 0 ||
+           PyFloat_Check(span) || PyByteArray_Check(span) || PyAnySet_Check(span);
+}
+
+static SP_NOINLINE int
+raise_not_span(SpanWriter *w, PyObject *span)
+{
+    PyErr_Format(PyExc_TypeError, "trace %zd, span %zd: expected a span object or dict, not %.200s",
+                 w->trace_index, w->span_index, Py_TYPE(span)->tp_name);
+    return -1;
+}
+
 int
 write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span)
 {
@@ -663,7 +692,8 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     }
     TraceInfo info;
     PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
-    int result = trace_info_read(w, first, &info);
+    w->span_index = 0;
+    int result = is_not_span(first) ? raise_not_span(w, first) : trace_info_read(w, first, &info);
     Py_DECREF(first);
     if (result < 0) {
         return -1;
@@ -701,7 +731,8 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
             }
         }
         PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
-        result = write_span(w, span, &info);
+        result = SP_UNLIKELY(is_not_span(span)) ? raise_not_span(w, span)
+                                                 : write_span(w, span, &info);
         Py_DECREF(span);
     }
     trace_info_release(&info);

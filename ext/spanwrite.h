@@ -69,7 +69,22 @@ typedef struct {
     StringTable *strings;
     strtable_encode_fn encode_string;
     HoleList *holes;
+    /* The fields of the span being written, while they are (or may be)
+     * borrowed: every path that can run Python code owns them first. */
+    SpanValues *values;
 } SpanWriter;
+
+/* Own the current span's values if they are borrowed.  Called before
+ * anything that can run Python code: formatting or creating an exception
+ * (a garbage collection and its finalizers, pending signal handlers),
+ * encoding that can fail, calls into Python. */
+static inline void
+span_hold_values(SpanWriter *w)
+{
+    if (w->values != NULL) {
+        spanvalues_own(w->values);
+    }
+}
 
 /* Trace-level values read from the trace's first span. */
 typedef struct {
@@ -348,10 +363,19 @@ span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValue
     if (spanfields_read_span(w->reader, span, !w->lenient, v) < 0) {
         return -1;
     }
+    w->values = v;
     if (v->borrowed && span_may_run_python(w, v, info)) {
         spanvalues_own(v);
     }
     return 0;
+}
+
+/* The end of a span read with span_values_read. */
+static inline void
+span_values_release(SpanWriter *w, SpanValues *v)
+{
+    w->values = NULL;
+    spanvalues_release(v);
 }
 
 int raise_missing_field(SpanWriter *w, int field);

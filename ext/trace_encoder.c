@@ -666,24 +666,28 @@ static PyGetSetDef trace_encoder_getset[] = {
 
 static PyMethodDef trace_encoder_methods[] = {
     {"encode_traces", (PyCFunction)trace_encoder_encode_traces, METH_O,
-     "encode_traces(traces) -> bytes: one payload from a list of traces."},
+     "encode_traces($self, traces, /)\n--\n\nOne payload (bytes) from a list of traces."},
     {"encode_trace", (PyCFunction)trace_encoder_encode_trace, METH_O,
-     "encode_trace(trace) -> EncodedTrace, for join_encoded()."},
+     "encode_trace($self, trace, /)\n--\n\nOne trace encoded now (an EncodedTrace), for "
+     "join_encoded()."},
     {"join_encoded", (PyCFunction)trace_encoder_join_encoded, METH_O,
-     "join_encoded(encoded_traces) -> bytes: one payload from encode_trace() results."},
+     "join_encoded($self, encoded_traces, /)\n--\n\nOne payload (bytes) from encode_trace() "
+     "results."},
     {"put", (PyCFunction)trace_encoder_put, METH_O,
-     "put(trace): encode a trace into the buffer (all or nothing)."},
+     "put($self, trace, /)\n--\n\nEncode a trace into the buffer (all or nothing)."},
     {"encode", (PyCFunction)trace_encoder_encode, METH_NOARGS,
-     "encode() -> list of (payload, trace_count); empties the buffer."},
+     "encode($self, /)\n--\n\nThe buffered traces as a list of (payload, trace_count); empties "
+     "the buffer."},
     {"_intern_stats", (PyCFunction)trace_encoder_intern_stats, METH_NOARGS,
-     "Counters of the v0.4 string cache."},
+     "_intern_stats($self, /)\n--\n\nCounters of the v0.4 string cache."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyType_Slot trace_encoder_slots[] = {
-    {Py_tp_doc, "TraceEncoder(version=\"v0.4\", fields=None, *, max_size=20 MiB, "
+    {Py_tp_doc, "TraceEncoder(version='v0.4', fields=None, *, max_size=None, "
                 "max_item_size=None, max_payload_size=None, lenient=False, intern=True, "
-                "native_span_events=False)\n\nC core of spanpack.TraceMsgPackEncoder."},
+                "native_span_events=False)\n--\n\nC core of spanpack.TraceMsgPackEncoder "
+                "(max_size None: 20 MiB; max_item_size None: max_size)."},
     {Py_tp_new, trace_encoder_new},
     {Py_tp_init, trace_encoder_init},
     {Py_tp_dealloc, trace_encoder_dealloc},
