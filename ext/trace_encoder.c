@@ -442,14 +442,25 @@ buffered_size(TraceEncoderObject *self)
     return self->sealed_size + payload_size(&self->current);
 }
 
+/* BufferFull / BufferItemTooLarge: args stays (the trace's encoded size,),
+ * which callers read; the limit's name and value are attributes, and str()
+ * gives the message built here (see limit_error_str). */
 static PyObject *
-raise_limit(PyObject *exception, Py_ssize_t size)
+raise_limit(PyObject *exception, Py_ssize_t size, const char *limit_name, Py_ssize_t limit,
+            PyObject *message /* stolen */)
 {
-    PyObject *value = PyLong_FromSsize_t(size);
-    if (value != NULL) {
-        PyErr_SetObject(exception, value);
-        Py_DECREF(value);
+    PyObject *error = message != NULL ? PyObject_CallFunction(exception, "n", size) : NULL;
+    PyObject *name = error != NULL ? PyUnicode_FromString(limit_name) : NULL;
+    PyObject *value = name != NULL ? PyLong_FromSsize_t(limit) : NULL;
+    if (value != NULL && PyObject_SetAttrString(error, "limit_name", name) == 0 &&
+        PyObject_SetAttrString(error, "limit", value) == 0 &&
+        PyObject_SetAttrString(error, "_message", message) == 0) {
+        PyErr_SetObject(exception, error);
     }
+    Py_XDECREF(value);
+    Py_XDECREF(name);
+    Py_XDECREF(error);
+    Py_XDECREF(message);
     return NULL;
 }
 
@@ -545,9 +556,24 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
         else {
             payload_rollback(&self->current, mark);
         }
-        return raise_limit(too_large ? self->state->buffer_item_too_large_error
-                                     : self->state->buffer_full_error,
-                           growth);
+        if (growth > self->max_item_size) {
+            return raise_limit(self->state->buffer_item_too_large_error, growth, "max_item_size",
+                               self->max_item_size,
+                               PyUnicode_FromFormat("trace of %zd bytes is over max_item_size=%zd",
+                                                    growth, self->max_item_size));
+        }
+        if (too_large) {
+            return raise_limit(
+                self->state->buffer_item_too_large_error, growth, "max_payload_size",
+                self->max_payload_size,
+                PyUnicode_FromFormat("trace of %zd bytes makes a payload of %zd bytes "
+                                     "on its own, over max_payload_size=%zd",
+                                     growth, payload_after, self->max_payload_size));
+        }
+        return raise_limit(self->state->buffer_full_error, growth, "max_size", self->max_size,
+                           PyUnicode_FromFormat("trace of %zd bytes does not fit: %zd bytes "
+                                                "buffered, max_size=%zd",
+                                                growth, size_before, self->max_size));
     }
     if (split && seal_current(self, &next) < 0) {
         return NULL;
@@ -632,6 +658,16 @@ trace_encoder_get_size(TraceEncoderObject *self, void *Py_UNUSED(closure))
     return PyLong_FromSsize_t(size);
 }
 
+/* None when payloads are not split, as the constructor takes it. */
+static PyObject *
+trace_encoder_get_max_payload_size(TraceEncoderObject *self, void *Py_UNUSED(closure))
+{
+    if (self->max_payload_size == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromSsize_t(self->max_payload_size);
+}
+
 static PyObject *
 trace_encoder_get_version(TraceEncoderObject *self, void *Py_UNUSED(closure))
 {
@@ -650,8 +686,6 @@ static PyMemberDef trace_encoder_members[] = {
      "Most bytes the buffer holds (BufferFull beyond)."},
     {"max_item_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_item_size), READONLY,
      "Most bytes one trace may add (BufferItemTooLarge beyond)."},
-    {"max_payload_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_payload_size), READONLY,
-     "Most bytes per payload returned by encode(); 0 means no splitting."},
     {"dropped_tags", T_PYSSIZET, offsetof(TraceEncoderObject, dropped_tags), READONLY,
      "Meta/metrics entries dropped in lenient mode."},
     {NULL, 0, 0, 0, NULL},
@@ -661,6 +695,10 @@ static PyGetSetDef trace_encoder_getset[] = {
     {"size", (getter)trace_encoder_get_size, NULL,
      "Exact byte length of the payloads encode() would return now.", NULL},
     {"version", (getter)trace_encoder_get_version, NULL, "\"v0.4\" or \"v0.5\".", NULL},
+    {"max_payload_size", (getter)trace_encoder_get_max_payload_size, NULL,
+     "Most bytes per payload returned by encode() (BufferItemTooLarge for a trace that "
+     "alone would exceed it); None: no limit, one payload.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -766,19 +804,54 @@ static PyType_Spec encoded_trace_spec = {
     .slots = encoded_trace_slots,
 };
 
+/* __str__ of the limit errors: the message raise_limit() stored, or the
+ * plain exception text for an instance made elsewhere (BufferFull(5)). */
+static PyObject *
+limit_error_str(PyObject *Py_UNUSED(module), PyObject *error)
+{
+    PyObject *message = PyObject_GetAttrString(error, "_message");
+    if (message != NULL && PyUnicode_Check(message)) {
+        return message;
+    }
+    Py_XDECREF(message);
+    if (message == NULL && !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return NULL;
+    }
+    PyErr_Clear();
+    return ((PyTypeObject *)PyExc_BaseException)->tp_str(error);
+}
+
+static PyMethodDef limit_error_str_def = {"__str__", (PyCFunction)limit_error_str, METH_O, NULL};
+
+static PyObject *
+new_limit_error(const char *name, const char *doc)
+{
+    PyObject *function = PyCFunction_New(&limit_error_str_def, NULL);
+    /* An instancemethod binds like a Python function, so str(error) calls
+     * limit_error_str(error). */
+    PyObject *method = function != NULL ? PyInstanceMethod_New(function) : NULL;
+    PyObject *dict = method != NULL ? PyDict_New() : NULL;
+    PyObject *type = NULL;
+    if (dict != NULL && PyDict_SetItemString(dict, "__str__", method) == 0) {
+        type = PyErr_NewExceptionWithDoc(name, doc, NULL, dict);
+    }
+    Py_XDECREF(dict);
+    Py_XDECREF(method);
+    Py_XDECREF(function);
+    return type;
+}
+
 int
 trace_encoder_module_init(PyObject *module, SpanpackState *state)
 {
-    state->buffer_full_error =
-        PyErr_NewExceptionWithDoc("spanpack.BufferFull",
-                                  "put() would take the buffer beyond max_size; args[0] is the "
-                                  "rejected trace's encoded size.",
-                                  NULL, NULL);
-    state->buffer_item_too_large_error =
-        PyErr_NewExceptionWithDoc("spanpack.BufferItemTooLarge",
-                                  "One trace is larger than max_item_size (or "
-                                  "max_payload_size); args[0] is its encoded size.",
-                                  NULL, NULL);
+    state->buffer_full_error = new_limit_error(
+        "spanpack.BufferFull",
+        "put() would take the buffer beyond max_size; args[0] is the rejected "
+        "trace's encoded size; limit_name and limit say which limit it hit and its value.");
+    state->buffer_item_too_large_error = new_limit_error(
+        "spanpack.BufferItemTooLarge",
+        "One trace is larger than max_item_size (or max_payload_size); args[0] "
+        "is its encoded size; limit_name and limit say which limit it hit and its value.");
     if (state->buffer_full_error == NULL || state->buffer_item_too_large_error == NULL ||
         PyModule_AddObjectRef(module, "BufferFull", state->buffer_full_error) < 0 ||
         PyModule_AddObjectRef(module, "BufferItemTooLarge", state->buffer_item_too_large_error) <

@@ -1,8 +1,8 @@
 """One small test per wire rule, with the exact expected bytes written out.
 
 The expected bytes are derived by hand from the wire format (the msgpack spec
-and the reference tracer's rules in /work/shared/wire-format.md and the
-ddtrace 4.2.3 encoder notes), never by calling spanpack.  Only two helpers
+and the rules in docs/wire-format.md, which follow ddtrace 4.2.3's encoder),
+never by calling spanpack.  Only two helpers
 are used to spell them: ``fs`` (a fixstr: ``a0|len`` + the UTF-8 bytes, for
 strings shorter than 32 bytes) and ``H`` (concatenate hex chunks).
 """
