@@ -256,6 +256,64 @@ raise_bad_tag_key(SpanWriter *w, const char *field, PyObject *key)
                       Py_TYPE(key)->tp_name);
 }
 
+/* A key that may be cut (or equal a cut key): its text as written, a str. */
+static PyObject *
+key_as_written(SpanWriter *w, const char *field, PyObject *key)
+{
+    PreparedText text;
+    int prepared = text_prepare(w, key, field, key, &text);
+    if (prepared <= 0) {
+        return NULL; /* keys are text: never None */
+    }
+    PyObject *written = PyUnicode_DecodeUTF8(text.utf8, text.size, "strict");
+    Py_DECREF(text.object);
+    return written;
+}
+
+int
+check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key)
+{
+    if (PyUnicode_Check(key) && PyUnicode_GET_LENGTH(key) != CUT_TEXT_LEN &&
+        PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN) {
+        return 0; /* written whole, and of another length than any cut str */
+    }
+    span_hold_values(w);
+    int result = -1;
+    PyObject *written = key_as_written(w, field, key);
+    if (written == NULL) {
+        return -1;
+    }
+    if (w->cut_keys != NULL && (w->cut_keys_field != field || w->cut_keys_span != w->span_index)) {
+        Py_CLEAR(w->cut_keys); /* another map */
+    }
+    if (w->cut_keys == NULL) {
+        w->cut_keys = PySet_New(NULL);
+        w->cut_keys_field = field;
+        w->cut_keys_span = w->span_index;
+        if (w->cut_keys == NULL) {
+            goto done;
+        }
+    }
+    int seen = PySet_Contains(w->cut_keys, written);
+    if (seen > 0) {
+        PyObject *start = PyUnicode_Substring(written, 0, 20);
+        if (start != NULL) {
+            span_error(w, PyExc_ValueError, field, NULL,
+                       "two keys are written as the same %zd-character text starting %R (keys "
+                       "longer than %d characters are cut); only the first is written",
+                       PyUnicode_GET_LENGTH(written), start, MAX_TEXT_LEN);
+            Py_DECREF(start);
+        }
+        goto done;
+    }
+    if (seen == 0 && PySet_Add(w->cut_keys, written) == 0) {
+        result = 0;
+    }
+done:
+    Py_DECREF(written);
+    return result;
+}
+
 int
 raise_bad_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
 {
@@ -736,6 +794,7 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
         Py_DECREF(span);
     }
     trace_info_release(&info);
+    Py_CLEAR(w->cut_keys);
     return result;
 }
 
