@@ -78,9 +78,18 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
 
 #define STRTABLE_INITIAL_CAPACITY 64
 
+/* Room for `capacity` entries.  Each array is replaced only once its larger
+ * copy exists, so on failure the table is still whole at its old capacity. */
 static int
 strtable_alloc(StringTable *table, uint32_t capacity)
 {
+#if SIZEOF_SIZE_T < 8
+    /* The array sizes below (and the index's, twice as many slots) must not
+     * wrap around; with a 64-bit size_t a uint32_t count cannot make them. */
+    if ((size_t)capacity > PY_SSIZE_T_MAX / 2 / sizeof(Py_hash_t)) {
+        return -1;
+    }
+#endif
     size_t slots = 1;
     while (slots < (size_t)capacity * 2) {
         slots <<= 1;
@@ -209,7 +218,8 @@ strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_enco
         return -1;
     }
     if (table->count == table->capacity) {
-        if (strtable_alloc(table, table->capacity * 2) < 0) {
+        uint32_t grown = table->capacity <= UINT32_MAX / 2 ? table->capacity * 2 : UINT32_MAX;
+        if (strtable_alloc(table, grown) < 0) {
             outbuf_truncate(&table->encoded, encoded_before);
             PyErr_NoMemory();
             return -1;

@@ -193,18 +193,12 @@ pack_float(const PackOptions *options, OutBuf *buf, double value)
     return 0;
 }
 
-static int
-raise_too_large(const char *what)
-{
-    PyErr_Format(PyExc_ValueError, "%s is too large", what);
-    return -1;
-}
-
 /* str and bytes bodies share this: header per use_bin_type, then the body. */
 static int
-pack_raw(const PackOptions *options, OutBuf *buf, const char *data, Py_ssize_t size, int as_bin)
+pack_raw(const PackOptions *options, OutBuf *buf, const char *data, Py_ssize_t size, int as_bin,
+         const char *what)
 {
-    if (outbuf_reserve(buf, size + 5) < 0) {
+    if (mp_check_length(size, what) < 0 || outbuf_reserve(buf, size + 5) < 0) {
         return -1;
     }
     if (as_bin && options->use_bin_type) {
@@ -234,22 +228,14 @@ pack_str(const PackOptions *options, OutBuf *buf, PyObject *obj)
                 return -1;
             }
         }
-        if (size > MP_ITEM_LIMIT) {
-            return raise_too_large("unicode string");
-        }
-        return pack_raw(options, buf, data, size, 0);
+        return pack_raw(options, buf, data, size, 0, "unicode string");
     }
     PyObject *encoded = PyUnicode_AsEncodedString(obj, "utf-8", options->unicode_errors);
     if (encoded == NULL) {
         return -1;
     }
-    int result;
-    if (PyBytes_GET_SIZE(encoded) > MP_ITEM_LIMIT) {
-        result = raise_too_large("unicode string");
-    }
-    else {
-        result = pack_raw(options, buf, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded), 0);
-    }
+    int result = pack_raw(options, buf, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded), 0,
+                          "unicode string");
     Py_DECREF(encoded);
     return result;
 }
@@ -267,11 +253,7 @@ pack_bytes_like(const PackOptions *options, OutBuf *buf, PyObject *obj)
         data = PyByteArray_AS_STRING(obj);
         size = PyByteArray_GET_SIZE(obj);
     }
-    if (size > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "%.200s object is too large", Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    return pack_raw(options, buf, data, size, 1);
+    return pack_raw(options, buf, data, size, 1, Py_TYPE(obj)->tp_name);
 }
 
 static int
@@ -281,27 +263,9 @@ pack_memoryview(const PackOptions *options, OutBuf *buf, PyObject *obj)
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) {
         return -1;
     }
-    int result;
-    if (view.len > MP_ITEM_LIMIT) {
-        result = raise_too_large("memoryview");
-    }
-    else {
-        result = pack_raw(options, buf, view.buf, view.len, 1);
-    }
+    int result = pack_raw(options, buf, view.buf, view.len, 1, "memoryview");
     PyBuffer_Release(&view);
     return result;
-}
-
-static int
-pack_ext(OutBuf *buf, long code, const char *data, Py_ssize_t size)
-{
-    if (outbuf_reserve(buf, size + 6) < 0) {
-        return -1;
-    }
-    mp_put_ext_header(buf, (int8_t)code, (uint32_t)size);
-    memcpy(buf->pos, data, (size_t)size);
-    buf->pos += size;
-    return 0;
 }
 
 /* ExtType(code, data), read as msgpack-python reads it: `data` as a C string
@@ -320,11 +284,8 @@ pack_ext_type_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
     }
     const char *data;
     Py_ssize_t size;
-    if (char_data_arg(data_obj, &data, &size) < 0) {
-        goto error;
-    }
-    if (size > MP_ITEM_LIMIT) {
-        raise_too_large("EXT data");
+    /* Checked before `code` is read, as msgpack-python does. */
+    if (char_data_arg(data_obj, &data, &size) < 0 || mp_check_length(size, "EXT data") < 0) {
         goto error;
     }
     code_obj = PyObject_GetAttr(obj, state->str_code);
@@ -344,11 +305,7 @@ pack_ext_type_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
     if (char_data_arg(data_obj, &data, &size) < 0) {
         goto error;
     }
-    if (size > MP_ITEM_LIMIT) {
-        raise_too_large("EXT data");
-        goto error;
-    }
-    result = pack_ext(buf, code, data, size);
+    result = mp_write_ext(buf, (int8_t)code, data, size);
 error:
     Py_XDECREF(code_int);
     Py_XDECREF(code_obj);
@@ -455,10 +412,7 @@ static int
 pack_exact_dict(const PackOptions *options, OutBuf *buf, PyObject *dict, int nest_limit)
 {
     Py_ssize_t size = PyDict_GET_SIZE(dict);
-    if (size > MP_ITEM_LIMIT) {
-        return raise_too_large("dict");
-    }
-    if (mp_write_map_header(buf, (uint32_t)size) < 0) {
+    if (mp_write_map_header(buf, size) < 0) {
         return -1;
     }
     int result = 0;
@@ -528,12 +482,7 @@ pack_iterated(const PackOptions *options, OutBuf *buf, PyObject *iterable, Py_ss
     Py_ssize_t count = 0;
     int result = -1;
 
-    if (size > MP_ITEM_LIMIT) {
-        raise_too_large(as_map ? "dict" : "list");
-        goto error;
-    }
-    if ((as_map ? mp_write_map_header(buf, (uint32_t)size)
-                : mp_write_array_header(buf, (uint32_t)size)) < 0) {
+    if ((as_map ? mp_write_map_header(buf, size) : mp_write_array_header(buf, size)) < 0) {
         goto error;
     }
     iterator = PyObject_GetIter(iterable);
@@ -581,10 +530,7 @@ static int
 pack_exact_list(const PackOptions *options, OutBuf *buf, PyObject *list, int nest_limit)
 {
     Py_ssize_t size = PyList_GET_SIZE(list);
-    if (size > MP_ITEM_LIMIT) {
-        return raise_too_large("list");
-    }
-    if (mp_write_array_header(buf, (uint32_t)size) < 0) {
+    if (mp_write_array_header(buf, size) < 0) {
         return -1;
     }
     int result = 0;
@@ -611,10 +557,7 @@ pack_exact_tuple(const PackOptions *options, OutBuf *buf, PyObject *tuple, int n
 {
     /* A tuple is immutable and our caller holds it, so its items stay alive. */
     Py_ssize_t size = PyTuple_GET_SIZE(tuple);
-    if (size > MP_ITEM_LIMIT) {
-        return raise_too_large("list");
-    }
-    if (mp_write_array_header(buf, (uint32_t)size) < 0) {
+    if (mp_write_array_header(buf, size) < 0) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < size; i++) {
@@ -1034,9 +977,10 @@ packer_pack(PackerObject *self, PyObject *obj)
     return result;
 }
 
-/* size argument of pack_array_header / pack_map_header. */
+/* size argument of pack_array_header / pack_map_header (the header writer
+ * checks the upper limit). */
 static int
-header_size_arg(PyObject *arg, const char *what, uint32_t *size)
+header_size_arg(PyObject *arg, const char *what, long long *size)
 {
     long long value;
     if (long_long_arg(arg, &value) < 0) {
@@ -1046,11 +990,7 @@ header_size_arg(PyObject *arg, const char *what, uint32_t *size)
         PyErr_Format(PyExc_ValueError, "%s size must be non-negative", what);
         return -1;
     }
-    if (value > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "%s too large", what);
-        return -1;
-    }
-    *size = (uint32_t)value;
+    *size = value;
     return 0;
 }
 
@@ -1058,7 +998,7 @@ static PyObject *
 packer_pack_header(PackerObject *self, PyObject *arg, int is_map)
 {
     PyObject *result = NULL;
-    uint32_t size;
+    long long size;
     if (header_size_arg(arg, is_map ? "map" : "array", &size) < 0) {
         return NULL;
     }
@@ -1124,8 +1064,7 @@ packer_pack_ext_type(PackerObject *self, PyObject *const *args, Py_ssize_t nargs
     if (length < 0) {
         return NULL;
     }
-    if (length > MP_ITEM_LIMIT) {
-        PyErr_SetString(PyExc_ValueError, "ext data too large");
+    if (mp_check_length(length, "ext data") < 0) {
         return NULL;
     }
     PyObject *code_int = int_arg(args[0]);
@@ -1147,13 +1086,13 @@ packer_pack_ext_type(PackerObject *self, PyObject *const *args, Py_ssize_t nargs
     if (char_data_arg(data, &bytes, &size) < 0) {
         return NULL;
     }
-    if (size > MP_ITEM_LIMIT) {
-        PyErr_SetString(PyExc_ValueError, "ext data too large");
+    if (mp_check_length(size, "ext data") < 0) {
         return NULL;
     }
     PyObject *result = NULL;
     SP_BEGIN_CRITICAL_SECTION(self);
-    if (packer_check_exports(self) == 0 && pack_ext(&self->buf, code, bytes, size) == 0) {
+    if (packer_check_exports(self) == 0 &&
+        mp_write_ext(&self->buf, (int8_t)code, bytes, size) == 0) {
         result = packer_result(self);
     }
     SP_END_CRITICAL_SECTION();

@@ -142,9 +142,11 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
         /* The reference tracer writes the origin whole (never truncated). */
         Py_ssize_t size;
         const char *utf8 = PyUnicode_AsUTF8AndSize(info->origin, &size);
-        if (utf8 == NULL || WRITE_KEY(w, "\xaa" ORIGIN_KEY) < 0 ||
-            mp_write_str(w->out, utf8, size, 1) < 0) {
+        if (utf8 == NULL || WRITE_KEY(w, "\xaa" ORIGIN_KEY) < 0) {
             return -1;
+        }
+        if (mp_write_str(w->out, utf8, size, 1) < 0) {
+            return span_reraise(w, "origin", NULL);
         }
     }
     if (events_text != NULL) {
@@ -183,11 +185,11 @@ v04_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
         return -1;
     }
     int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
+    if (result == 0) {
+        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
+    }
     if (result < 0) {
         span_reraise(w, "meta_struct", key);
-    }
-    else {
-        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
     }
     outbuf_free(&document);
     return result;

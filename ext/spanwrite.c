@@ -556,11 +556,8 @@ check_trace(SpanWriter *w, PyObject *trace)
 int
 map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 {
-    if (count > MP_ITEM_LIMIT) {
-        span_hold_values(w);
-        PyErr_Format(PyExc_ValueError, "trace %zd, span %zd: map too large", w->trace_index,
-                     w->span_index);
-        return -1;
+    if (mp_check_length(count, "map") < 0) {
+        return span_reraise(w, "map", NULL);
     }
     *header_pos = outbuf_len(w->out);
     if (outbuf_reserve(w->out, 5) < 0) {
@@ -746,12 +743,8 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
         return -1;
     }
     Py_ssize_t count = Py_SIZE(trace);
-    if (count > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "trace %zd: too many spans", w->trace_index);
-        return -1;
-    }
-    if (mp_write_array_header(w->out, (uint32_t)count) < 0) {
-        return -1;
+    if (mp_write_array_header(w->out, count) < 0) {
+        return span_reraise(w, "spans", NULL);
     }
     if (count == 0) {
         return 0;

@@ -155,7 +155,7 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->max_item_size = DEFAULT_MAX_SIZE;
     self->sealed = PyList_New(0);
     if (self->sealed == NULL || spanfields_init(&self->reader, Py_None) < 0 ||
-        payload_init(&self->current, state, 4, 4096, PAYLOAD_PREFIX_RESERVE) < 0 ||
+        payload_init(&self->current, state, 4, 4096, 0) < 0 ||
         part_init(&self->scratch, state, 4) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -212,7 +212,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     }
     PayloadBuilder current;
     EncodedPart scratch;
-    if (payload_init(&current, self->state, version_number, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+    if (payload_init(&current, self->state, version_number, 4096, 0) < 0) {
         spanfields_clear(&reader);
         return -1;
     }
@@ -288,6 +288,21 @@ trace_encoder_dealloc(TraceEncoderObject *self)
 /* ---------------------------------------------------------------------------
  * One-shot encoding */
 
+/* A v0.4 payload of a known trace count is written behind room for its
+ * header and handed out without a copy, unless it is likely to outgrow its
+ * first buffer (its predecessor reached the size hint's cap): a bytes object
+ * that must grow is copied to heap memory and then once more when finished,
+ * heap memory is remapped as it grows and copied once.  v0.5 puts its string
+ * table in front and so is always copied behind it (see payload_init). */
+static Py_ssize_t
+one_shot_header_room(const TraceEncoderObject *self, Py_ssize_t trace_count)
+{
+    if (self->version == 5 || self->size_hint >= MAX_SIZE_HINT) {
+        return 0;
+    }
+    return array_header_size(trace_count);
+}
+
 static PyObject *
 trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
 {
@@ -307,8 +322,8 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     /* Start at the size of this encoder's previous payload: similar calls
      * then never grow the buffer. */
     Py_ssize_t capacity = self->size_hint > 0 ? self->size_hint : 16 * 1024;
-    if (payload_init(&payload, self->state, self->version, capacity, array_header_size(count)) <
-        0) {
+    if (payload_init(&payload, self->state, self->version, capacity,
+                     one_shot_header_room(self, count)) < 0) {
         Py_DECREF(items);
         return NULL;
     }
@@ -384,11 +399,18 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
             Py_DECREF(items);
             return NULL;
         }
-        total += outbuf_len(&((EncodedTraceObject *)item)->part.body);
+        /* A large part listed many times could overflow the sum. */
+        Py_ssize_t part_len = outbuf_len(&((EncodedTraceObject *)item)->part.body);
+        if (part_len > PY_SSIZE_T_MAX - 64 - total) {
+            Py_DECREF(items);
+            return PyErr_NoMemory();
+        }
+        total += part_len;
     }
+    total += 64;
     PayloadBuilder payload;
-    if (payload_init(&payload, self->state, self->version, total + 64, array_header_size(count)) <
-        0) {
+    if (payload_init(&payload, self->state, self->version, total,
+                     one_shot_header_room(self, count)) < 0) {
         Py_DECREF(items);
         return NULL;
     }
@@ -442,37 +464,54 @@ raise_limit(PyObject *exception, Py_ssize_t size, const char *limit_name, Py_ssi
     return NULL;
 }
 
-/* Finish the current payload into the sealed list and continue with `next`
- * (which the encoder then owns). */
+/* Finish the current payload into the sealed list and continue with `next`,
+ * which the encoder then owns (on failure `next` is freed and the encoder is
+ * unchanged: the current payload is only dropped once its entry is listed). */
 static int
 seal_current(TraceEncoderObject *self, PayloadBuilder *next)
 {
+    PyObject *bytes = NULL, *count_object = NULL;
+    /* Allocated first: a GC-tracked allocation may run finalizers (Python
+     * code that can put() into this encoder) before anything is read. */
+    PyObject *entry = PyTuple_New(2);
+    if (entry == NULL) {
+        goto error;
+    }
     Py_ssize_t size = payload_size(&self->current);
     Py_ssize_t count = self->current.trace_count;
-    PyObject *bytes = payload_finish(&self->current);
-    self->current = *next;
-    if (bytes == NULL) {
-        return -1;
+    count_object = PyLong_FromSsize_t(count);
+    if (count_object == NULL) {
+        goto error;
     }
-    PyObject *count_object = PyLong_FromSsize_t(count);
-    PyObject *entry = count_object != NULL ? PyTuple_Pack(2, bytes, count_object) : NULL;
-    Py_DECREF(bytes);
-    Py_XDECREF(count_object);
-    if (entry == NULL || PyList_Append(self->sealed, entry) < 0) {
-        Py_XDECREF(entry);
-        return -1;
+    bytes = payload_finish(&self->current);
+    if (bytes == NULL) {
+        goto error;
+    }
+    PyTuple_SET_ITEM(entry, 0, bytes);
+    PyTuple_SET_ITEM(entry, 1, count_object);
+    bytes = count_object = NULL;
+    if (PyList_Append(self->sealed, entry) < 0) {
+        goto error;
     }
     Py_DECREF(entry);
+    payload_free(&self->current);
+    self->current = *next;
     self->sealed_size += size;
     self->sealed_traces += count;
     return 0;
+error:
+    Py_XDECREF(entry);
+    Py_XDECREF(count_object);
+    Py_XDECREF(bytes);
+    payload_free(next);
+    return -1;
 }
 
 static int
 seal_current_and_start_new(TraceEncoderObject *self)
 {
     PayloadBuilder fresh;
-    if (payload_init(&fresh, self->state, self->version, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+    if (payload_init(&fresh, self->state, self->version, 4096, 0) < 0) {
         return -1;
     }
     return seal_current(self, &fresh);
@@ -498,7 +537,7 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
     PayloadBuilder next;
     if (split) {
         payload_rollback(&self->current, mark);
-        if (payload_init(&next, self->state, self->version, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+        if (payload_init(&next, self->state, self->version, 4096, 0) < 0) {
             return NULL;
         }
         if (payload_append(&next, part) < 0) {

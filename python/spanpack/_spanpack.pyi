@@ -73,6 +73,9 @@ def packb(
     buf_size: Optional[int] = ...,
 ) -> Optional[bytes]: ...
 
+# Test hook: the length check of every msgpack header writer.
+def _check_msgpack_length(length: int, /) -> None: ...
+
 class BufferFull(Exception):
     """args[0]: the rejected trace's encoded size."""
 
