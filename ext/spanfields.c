@@ -844,6 +844,14 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
         uint32_t instance_fields = layout->instance_fields & span_fields;
         if ((layout->call_fields & ~instance_fields & span_fields) == 0 &&
             layout->type == Py_TYPE(span)) {
+            if (layout->slot_field_count == SF_EVENTS - SF_SPAN_ID + 1) {
+                /* Every field a slot: one straight run of loads. */
+                for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+                    values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
+                }
+                mark_borrowed(values);
+                return 0;
+            }
             for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
                 values->value[i] = NULL;
             }

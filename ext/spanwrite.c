@@ -256,6 +256,64 @@ raise_bad_tag_key(SpanWriter *w, const char *field, PyObject *key)
                       Py_TYPE(key)->tp_name);
 }
 
+/* A key that may be cut (or equal a cut key): its text as written, a str. */
+static PyObject *
+key_as_written(SpanWriter *w, const char *field, PyObject *key)
+{
+    PreparedText text;
+    int prepared = text_prepare(w, key, field, key, &text);
+    if (prepared <= 0) {
+        return NULL; /* keys are text: never None */
+    }
+    PyObject *written = PyUnicode_DecodeUTF8(text.utf8, text.size, "strict");
+    Py_DECREF(text.object);
+    return written;
+}
+
+int
+check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key)
+{
+    if (PyUnicode_Check(key) && PyUnicode_GET_LENGTH(key) != CUT_TEXT_LEN &&
+        PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN) {
+        return 0; /* written whole, and of another length than any cut str */
+    }
+    span_hold_values(w);
+    int result = -1;
+    PyObject *written = key_as_written(w, field, key);
+    if (written == NULL) {
+        return -1;
+    }
+    if (w->cut_keys != NULL && (w->cut_keys_field != field || w->cut_keys_span != w->span_index)) {
+        Py_CLEAR(w->cut_keys); /* another map */
+    }
+    if (w->cut_keys == NULL) {
+        w->cut_keys = PySet_New(NULL);
+        w->cut_keys_field = field;
+        w->cut_keys_span = w->span_index;
+        if (w->cut_keys == NULL) {
+            goto done;
+        }
+    }
+    int seen = PySet_Contains(w->cut_keys, written);
+    if (seen > 0) {
+        PyObject *start = PyUnicode_Substring(written, 0, 20);
+        if (start != NULL) {
+            span_error(w, PyExc_ValueError, field, NULL,
+                       "two keys are written as the same %zd-character text starting %R (keys "
+                       "longer than %d characters are cut); only the first is written",
+                       PyUnicode_GET_LENGTH(written), start, MAX_TEXT_LEN);
+            Py_DECREF(start);
+        }
+        goto done;
+    }
+    if (seen == 0 && PySet_Add(w->cut_keys, written) == 0) {
+        result = 0;
+    }
+done:
+    Py_DECREF(written);
+    return result;
+}
+
 int
 raise_bad_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
 {
@@ -661,7 +719,8 @@ raise_not_dict(SpanWriter *w, PyObject *value, const char *field)
 
 /* Values that are never spans (a span is a dict, or an object whose
  * attributes are the fields): a trace nested one level too deep, or a
- * placeholder, would otherwise be reported as lacking trace_id. */
+ * placeholder, would otherwise be reported as lacking trace_id.  Asked only
+ * once a required field is found missing. */
 static inline int
 is_not_span(PyObject *span)
 {
@@ -700,7 +759,9 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     TraceInfo info;
     PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
     w->span_index = 0;
-    int result = is_not_span(first) ? raise_not_span(w, first) : trace_info_read(w, first, &info);
+    w->span = first;
+    int result = trace_info_read(w, first, &info);
+    w->span = NULL;
     Py_DECREF(first);
     if (result < 0) {
         return -1;
@@ -738,17 +799,23 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
             }
         }
         PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
-        result = SP_UNLIKELY(is_not_span(span)) ? raise_not_span(w, span)
-                                                 : write_span(w, span, &info);
+        w->span = span;
+        result = write_span(w, span, &info);
+        w->span = NULL;
         Py_DECREF(span);
     }
     trace_info_release(&info);
+    Py_CLEAR(w->cut_keys);
     return result;
 }
 
 int
 raise_missing_field(SpanWriter *w, int field)
 {
+    /* An item that is no span at all lacks every field: say what it is. */
+    if (w->span != NULL && is_not_span(w->span)) {
+        return raise_not_span(w, w->span);
+    }
     return span_error(w, PyExc_TypeError, span_field_names[field], NULL,
                       "missing (no attribute or key %R)", w->reader->attribute[field]);
 }

@@ -16,6 +16,9 @@
 #define MAX_TEXT_LEN 25000
 #define TRUNCATED_PREFIX_LEN 2486
 #define TRUNCATION_SUFFIX "<truncated>..."
+/* The length of a cut str: every str longer than MAX_TEXT_LEN becomes one of
+ * this many characters. */
+#define CUT_TEXT_LEN (TRUNCATED_PREFIX_LEN + (Py_ssize_t)sizeof(TRUNCATION_SUFFIX) - 1)
 
 #define ORIGIN_KEY "_dd.origin"
 #define TRACE_ID_HIGH_KEY "_dd.p.tid"
@@ -69,9 +72,18 @@ typedef struct {
     StringTable *strings;
     strtable_encode_fn encode_string;
     HoleList *holes;
-    /* The fields of the span being written, while they are (or may be)
-     * borrowed: every path that can run Python code owns them first. */
+    /* The span being written (held by the caller), and its fields while
+     * they are (or may be) borrowed: every path that can run Python code
+     * owns them first. */
+    PyObject *span;
     SpanValues *values;
+    /* The tag keys of one map that are (or look like) cut text, as written,
+     * to refuse a second key that cuts to the same text (a decoder would
+     * keep one value and lose the other): a set made on first need, for the
+     * map of `cut_keys_field` in span `cut_keys_span`. */
+    PyObject *cut_keys;
+    const char *cut_keys_field;
+    Py_ssize_t cut_keys_span;
 } SpanWriter;
 
 /* Own the current span's values if they are borrowed.  Called before
@@ -132,12 +144,19 @@ is_text(PyObject *value)
 
 int raise_bad_tag_key(SpanWriter *w, const char *field, PyObject *key);
 int raise_bad_meta_value(SpanWriter *w, PyObject *key, PyObject *value);
+int check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key);
 
-/* TypeError unless a tag key (meta, metrics, meta_struct) is text. */
+/* TypeError unless a tag key (meta, metrics, meta_struct) is text;
+ * ValueError for a key that is cut to the same text as an earlier key of
+ * its map (only keys of at least about CUT_TEXT_LEN units can be). */
 static inline int
 check_tag_key(SpanWriter *w, const char *field, PyObject *key)
 {
-    return SP_LIKELY(is_text(key)) ? 0 : raise_bad_tag_key(w, field, key);
+    if (SP_UNLIKELY(!is_text(key))) {
+        return raise_bad_tag_key(w, field, key);
+    }
+    Py_ssize_t length = PyUnicode_Check(key) ? PyUnicode_GET_LENGTH(key) : Py_SIZE(key);
+    return SP_LIKELY(length < CUT_TEXT_LEN - 3) ? 0 : check_cut_key_unique(w, field, key);
 }
 
 /* TypeError unless a meta value is text. */

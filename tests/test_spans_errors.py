@@ -731,3 +731,53 @@ def test_missing_fields_are_reported_in_one_format(version, field, form):
     with pytest.raises(TypeError) as info:
         spanpack.TraceMsgPackEncoder(version).encode_traces([[item]])
     assert str(info.value) == "trace 0, span 0, %s: missing (no attribute or key '%s')" % (field, field)
+
+
+# ---------------------------------------------------------------------------
+# Keys that are cut to the same text
+
+
+def _long_keys():
+    """Two distinct keys over 25,000 characters with the same first 2,486."""
+    return "k" * 25001, "k" * 25002
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("field", ["meta", "metrics"])
+def test_keys_cut_to_the_same_text_raise(version, field):
+    first, second = _long_keys()
+    value = "v" if field == "meta" else 1
+    bad = span(**{field: {first: value, "ok": value, second: value}})
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    with pytest.raises(ValueError, match=r"^trace 1, span 0, %s: two keys are written as the same" % field):
+        encoder.encode_traces([[span()], [bad]])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_short_key_equal_to_a_cut_key_raises(version):
+    first, _ = _long_keys()
+    cut = first[:2486] + "<truncated>..."
+    with pytest.raises(ValueError, match="two keys are written as the same 2500-character text"):
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[span(meta={first: "a", cut: "b"})]])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_keys_cut_to_the_same_text_lenient_keeps_the_first(version):
+    first, second = _long_keys()
+    encoder = spanpack.TraceMsgPackEncoder(version, lenient=True)
+    payload = encoder.encode_traces([[span(meta={first: "first", "ok": "x", second: "second"})]])
+    assert encoder.dropped_tags == 1
+    expected = spanpack.TraceMsgPackEncoder(version).encode_traces([[span(meta={first: "first", "ok": "x"})]])
+    assert payload == expected
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_one_long_key_per_map_is_fine(version):
+    """The same long key in meta and in metrics: two maps, no conflict."""
+    first, _ = _long_keys()
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    payload = encoder.encode_traces([[span(meta={first: "v"}, metrics={first: 1}), span(span_id=3, meta={first: "w"})]])
+    cut = first[:2486] + "<truncated>..."
+    expected = spanpack.TraceMsgPackEncoder(version).encode_traces(
+        [[span(meta={cut: "v"}, metrics={cut: 1}), span(span_id=3, meta={cut: "w"})]])
+    assert payload == expected

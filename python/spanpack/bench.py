@@ -26,6 +26,12 @@ v0.5 payloads
 
 Ratios are "contender time / spanpack time" on the same shape and version
 (above 1: spanpack is faster).
+
+Then span classes of one's own (:mod:`spanpack.user_spans`: ``__slots__``
+with only the core fields, plain classes, dataclasses, attrs, msgspec
+Structs, a computed property, keys built per span, float metrics, unique
+values), spanpack on the objects themselves against msgspec on equivalent
+prebuilt Structs and ``msgpack.packb`` of a ``to_dict()`` per span.
 """
 
 from __future__ import annotations
@@ -560,6 +566,30 @@ def run(
     return results, notes
 
 
+def run_user_classes(quick: bool = False,
+                     progress: Callable[[str], None] = lambda msg: None) -> str:
+    """Time the span classes users write (spanpack.user_spans); a table."""
+    from . import user_spans
+
+    budget = QUICK_BUDGET if quick else DEFAULT_BUDGET
+    labels: List[str] = []
+    rows: List[Tuple[str, Dict[str, float]]] = []
+    for name, build in user_spans.SHAPES.items():
+        fns = user_spans.contenders(build())
+        user_spans.check(fns)
+        timings = measure_interleaved(list(fns.values()), budget)
+        per_span = {label: t.best / user_spans.SPANS for label, t in zip(fns, timings)}
+        labels += [label for label in fns if label not in labels]
+        rows.append((name, per_span))
+        progress("    your own span class: %-22s %9s/span" % (name, fmt_time(per_span["spanpack v0.4"])))
+    out = [["span class (1,000 spans, 6 tags, 3 metrics)"] + labels]
+    for name, per_span in rows:
+        base = per_span["spanpack v0.4"]
+        out.append([name] + ["%s (%.2fx)" % (fmt_time(per_span[label]), per_span[label] / base)
+                             if label in per_span else "-" for label in labels])
+    return table(out, right=range(1, len(labels) + 1))
+
+
 # --------------------------------------------------------------------------------------------
 # Reporting
 
@@ -755,6 +785,8 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
                         % ", ".join(samples.shape_names()))
     parser.add_argument("--versions", nargs="+", choices=["v0.4", "v0.5"], default=["v0.4", "v0.5"])
     parser.add_argument("--list", action="store_true", help="list shapes and contenders, then exit")
+    parser.add_argument("--no-user-classes", action="store_true",
+                        help="skip the table of span classes of one's own (spanpack.user_spans)")
     return parser
 
 
@@ -778,6 +810,7 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
 
     started = time.perf_counter()
     results, notes = run(shapes, quick=args.quick, versions=args.versions, progress=progress)
+    user_classes = None if args.no_user_classes else run_user_classes(args.quick, progress)
     elapsed = time.perf_counter() - started
     for note in notes:
         print("note: " + note, file=sys.stderr)
@@ -795,6 +828,12 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
           "ddtrace Spans, the others compare with spanpack on slotted objects):")
     print(summary(results))
     print(LEGEND)
+    if user_classes is not None:
+        print()
+        print("Your own span class: spanpack on the objects themselves (time per span, and the ratio "
+              "to spanpack v0.4); msgspec encodes equivalent Structs built beforehand, msgpack "
+              "packs a to_dict() per span:")
+        print(user_classes)
     for note in notes:
         print("note: " + note)
 
