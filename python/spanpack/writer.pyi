@@ -1,8 +1,11 @@
 """Type stubs for spanpack.writer (the public surface of AgentWriter)."""
 
+import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ._spanpack import Trace
+from ._spanpack import _Trace as Trace
+
+log: logging.Logger
 
 VERSIONS: Tuple[str, ...]
 DROP_REASONS: Tuple[str, ...]
