@@ -287,8 +287,7 @@ member_slot_offset(PyTypeObject *type, PyObject *descr)
  * result is a new reference in access->object and nothing else is trusted
  * across it.  Never fails. */
 static void
-classify_attribute(PyTypeObject *type, PyObject *attribute, FieldAccess *access,
-                   Py_ssize_t *offset)
+classify_attribute(PyTypeObject *type, PyObject *attribute, FieldAccess *access, Py_ssize_t *offset)
 {
     access->object = NULL;
     *offset = 0;
@@ -642,8 +641,8 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
         if (!(pending & (1u << i))) {
             continue;
         }
-        if (result == 0 && read_access(span, type, &calls[i], 0, reader->attribute[i],
-                                       &values->value[i]) < 0) {
+        if (result == 0 &&
+            read_access(span, type, &calls[i], 0, reader->attribute[i], &values->value[i]) < 0) {
             values->failed = i;
             result = -1;
         }
@@ -855,8 +854,8 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
             for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
                 values->value[i] = NULL;
             }
-            if (instance_fields == 0 || read_instance_fields(layout, span, instance_fields,
-                                                             values->value)) {
+            if (instance_fields == 0 ||
+                read_instance_fields(layout, span, instance_fields, values->value)) {
                 for (int k = 0; k < layout->slot_field_count; k++) {
                     int field = layout->slot_fields[k];
                     values->value[field] = *(PyObject **)((char *)span + layout->offset[field]);

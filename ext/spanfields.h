@@ -41,15 +41,15 @@ extern const char *const span_field_names[SF_COUNT];
 /* Where instances of a class keep a field, decided once per class (and again
  * when the class changes), as Python's own attribute lookup would find it. */
 typedef enum {
-    FIELD_ABSENT,       /* no instance of the class can have it: costs nothing */
-    FIELD_SLOT,         /* a __slots__ member at `offset` (an empty slot: absent) */
-    FIELD_INSTANCE,     /* the instance __dict__, else a plain class attribute */
-    FIELD_CLASS_VALUE,  /* a plain class attribute, and no instance __dict__ */
-    FIELD_DESCRIPTOR,   /* a property or other descriptor: its getter is called */
+    FIELD_ABSENT,         /* no instance of the class can have it: costs nothing */
+    FIELD_SLOT,           /* a __slots__ member at `offset` (an empty slot: absent) */
+    FIELD_INSTANCE,       /* the instance __dict__, else a plain class attribute */
+    FIELD_CLASS_VALUE,    /* a plain class attribute, and no instance __dict__ */
+    FIELD_DESCRIPTOR,     /* a property or other descriptor: its getter is called */
     FIELD_GETATTR_STRICT, /* getattr, every error propagates (a non-data
                            * descriptor the instance __dict__ may shadow) */
-    FIELD_GETATTR,      /* getattr, AttributeError means absent: the class
-                         * customises attribute access, or a dotted path */
+    FIELD_GETATTR,        /* getattr, AttributeError means absent: the class
+                           * customises attribute access, or a dotted path */
 } FieldSource;
 
 typedef struct {
