@@ -47,16 +47,10 @@ strcache_free(EncodedStrCache *cache)
 }
 
 void
-strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size)
+strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
+               Py_ssize_t size)
 {
-    if (cache->slots == NULL || size > STRCACHE_ENTRY_BYTES) {
-        return;
-    }
-    size_t index = strcache_index_of(key);
-    StrCacheTags *tags = &cache->tags[index];
-    uint32_t tag = strcache_tag_of(key);
-    if (tags->seen_once != tag) {
-        tags->seen_once = tag; /* first sighting: remember, don't store */
+    if (cache->slots == NULL) {
         return;
     }
     /* Evicting a str runs no Python code (its dealloc is plain C). */
@@ -65,7 +59,7 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
     slot->key = Py_NewRef(key);
     slot->size = (uint32_t)size;
     copy_bytes(slot->bytes, encoded, size);
-    tags->cached = tag;
+    cache->tags[index].cached = strcache_tag_of(key);
     if (evicted != NULL) {
         Py_DECREF(evicted);
     }
@@ -78,9 +72,18 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
 
 #define STRTABLE_INITIAL_CAPACITY 64
 
+/* Room for `capacity` entries.  Each array is replaced only once its larger
+ * copy exists, so on failure the table is still whole at its old capacity. */
 static int
 strtable_alloc(StringTable *table, uint32_t capacity)
 {
+#if SIZEOF_SIZE_T < 8
+    /* The array sizes below (and the index's, twice as many slots) must not
+     * wrap around; with a 64-bit size_t a uint32_t count cannot make them. */
+    if ((size_t)capacity > PY_SSIZE_T_MAX / 2 / sizeof(Py_hash_t)) {
+        return -1;
+    }
+#endif
     size_t slots = 1;
     while (slots < (size_t)capacity * 2) {
         slots <<= 1;
@@ -209,7 +212,8 @@ strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_enco
         return -1;
     }
     if (table->count == table->capacity) {
-        if (strtable_alloc(table, table->capacity * 2) < 0) {
+        uint32_t grown = table->capacity <= UINT32_MAX / 2 ? table->capacity * 2 : UINT32_MAX;
+        if (strtable_alloc(table, grown) < 0) {
             outbuf_truncate(&table->encoded, encoded_before);
             PyErr_NoMemory();
             return -1;

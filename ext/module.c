@@ -1,5 +1,6 @@
 /* The spanpack._spanpack module: per-interpreter state, multi-phase
  * initialisation (PEP 489) and the module-level functions. */
+#include "mpwrite.h"
 #include "packer.h"
 #include "state.h"
 
@@ -186,9 +187,31 @@ spanpack_free(void *module)
     spanpack_clear((PyObject *)module);
 }
 
+/* Test hook: the length check every msgpack header writer applies, callable
+ * with lengths that would take gigabytes to reach through real data. */
+static PyObject *
+spanpack_check_msgpack_length(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    long long length = PyLong_AsLongLong(arg);
+    if (length == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (mp_check_length(length, "length") < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef spanpack_functions[] = {
     {"packb", (PyCFunction)(void (*)(void))spanpack_packb, METH_FASTCALL | METH_KEYWORDS,
-     "packb(obj, **options) -> bytes\n\nPack obj with Packer(**options)."},
+     "packb($module, obj, /, *, default=None, use_single_float=False, autoreset=True, "
+     "use_bin_type=True, strict_types=False, datetime=False, unicode_errors=None, "
+     "buf_size=None)\n--\n\nPack obj with Packer(**options): bytes, or None with "
+     "autoreset=False."},
+    {"_check_msgpack_length", spanpack_check_msgpack_length, METH_O,
+     "_check_msgpack_length($module, length, /)\n--\n\nRaise ValueError unless length fits a "
+     "msgpack header (a test hook)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,10 @@
 /* msgpack wire primitives.
  *
  * mp_put_* store at buf->pos without a bounds check: the caller has reserved
- * at least MP_MAX_HEADER bytes (or the documented size).  mp_write_* reserve
- * first and return 0 or -1 with an exception set.  Integers always take the
- * smallest encoding, as msgpack-python and the reference tracer do. */
+ * at least MP_MAX_HEADER bytes (or the documented size), and has passed any
+ * length or count they write through mp_check_length.  mp_write_* check and
+ * reserve first and return 0 or -1 with an exception set.  Integers always
+ * take the smallest encoding, as msgpack-python and the reference tracer do. */
 #ifndef SPANPACK_MPWRITE_H
 #define SPANPACK_MPWRITE_H
 
@@ -15,8 +16,23 @@
 /* The largest header or scalar (uint64 / int64 / float64): 1 + 8 bytes. */
 #define MP_MAX_HEADER 9
 /* Item counts and lengths above this do not fit in a 32-bit header. */
-#define MP_ITEM_LIMIT ((Py_ssize_t)0xFFFFFFFFLL)
+#define MP_ITEM_LIMIT 0xFFFFFFFFLL
 #define MP_TIMESTAMP_EXT_CODE (-1)
+
+/* The one check of every str/bin/ext length and array/map count before it
+ * is written into a header: 0 when it fits in 32 bits, else ValueError naming
+ * `what`.  Casting to uint32_t without it would write the length modulo 2**32,
+ * a corrupt document. */
+static inline int
+mp_check_length(long long n, const char *what)
+{
+    if (SP_LIKELY(n >= 0 && n <= MP_ITEM_LIMIT)) {
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "%s is too large (%lld; msgpack allows at most 2**32-1)", what,
+                 n);
+    return -1;
+}
 
 static inline void
 mp_store16(char *p, uint16_t v)
@@ -318,22 +334,22 @@ mp_write_byte(OutBuf *buf, unsigned char b)
 }
 
 static inline int
-mp_write_array_header(OutBuf *buf, uint32_t n)
+mp_write_array_header(OutBuf *buf, long long n)
 {
-    if (outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
+    if (mp_check_length(n, "array") < 0 || outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
         return -1;
     }
-    mp_put_array_header(buf, n);
+    mp_put_array_header(buf, (uint32_t)n);
     return 0;
 }
 
 static inline int
-mp_write_map_header(OutBuf *buf, uint32_t n)
+mp_write_map_header(OutBuf *buf, long long n)
 {
-    if (outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
+    if (mp_check_length(n, "map") < 0 || outbuf_reserve(buf, MP_MAX_HEADER) < 0) {
         return -1;
     }
-    mp_put_map_header(buf, n);
+    mp_put_map_header(buf, (uint32_t)n);
     return 0;
 }
 
@@ -341,7 +357,7 @@ mp_write_map_header(OutBuf *buf, uint32_t n)
 static inline int
 mp_write_str(OutBuf *buf, const char *data, Py_ssize_t size, int allow_str8)
 {
-    if (outbuf_reserve(buf, size + 5) < 0) {
+    if (mp_check_length(size, "str") < 0 || outbuf_reserve(buf, size + 5) < 0) {
         return -1;
     }
     mp_put_str_header(buf, (uint32_t)size, allow_str8);
@@ -353,10 +369,22 @@ mp_write_str(OutBuf *buf, const char *data, Py_ssize_t size, int allow_str8)
 static inline int
 mp_write_bin(OutBuf *buf, const char *data, Py_ssize_t size)
 {
-    if (outbuf_reserve(buf, size + 5) < 0) {
+    if (mp_check_length(size, "bin") < 0 || outbuf_reserve(buf, size + 5) < 0) {
         return -1;
     }
     mp_put_bin_header(buf, (uint32_t)size);
+    memcpy(buf->pos, data, (size_t)size);
+    buf->pos += size;
+    return 0;
+}
+
+static inline int
+mp_write_ext(OutBuf *buf, int8_t code, const char *data, Py_ssize_t size)
+{
+    if (mp_check_length(size, "ext data") < 0 || outbuf_reserve(buf, size + 6) < 0) {
+        return -1;
+    }
+    mp_put_ext_header(buf, code, (uint32_t)size);
     memcpy(buf->pos, data, (size_t)size);
     buf->pos += size;
     return 0;

@@ -58,8 +58,8 @@ outbuf_grow(OutBuf *buf, Py_ssize_t extra)
     }
     Py_ssize_t needed = used + extra;
     /* Double small buffers; grow large ones by 1/8 so a payload's buffer is
-     * never much larger than the payload (growing a large block is a cheap
-     * remap, not a copy, so appends stay amortised O(1)). */
+     * never much larger than the payload (growing a large heap block is a
+     * cheap remap, not a copy, so appends stay amortised O(1)). */
     Py_ssize_t new_capacity = capacity < (1 << 20) ? capacity * 2 : capacity + (capacity >> 3);
     if (new_capacity < needed || new_capacity < capacity) {
         new_capacity = needed;
@@ -67,55 +67,80 @@ outbuf_grow(OutBuf *buf, Py_ssize_t extra)
     if (new_capacity < 64) {
         new_capacity = 64;
     }
+    char *grown;
     if (buf->bytes != NULL) {
-        /* On failure _PyBytes_Resize frees the object and sets it to NULL. */
-        if (_PyBytes_Resize(&buf->bytes, new_capacity) < 0) {
-            buf->start = buf->pos = buf->end = NULL;
-            return -1;
-        }
-        buf->start = PyBytes_AS_STRING(buf->bytes);
-    }
-    else {
-        char *grown = PyMem_Realloc(buf->start, (size_t)new_capacity);
+        /* Move to heap memory: the bytes object stays intact until its
+         * contents are safe in the new block. */
+        grown = PyMem_Malloc((size_t)new_capacity);
         if (grown == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        buf->start = grown;
+        memcpy(grown, buf->start, (size_t)used);
+        Py_CLEAR(buf->bytes);
     }
-    buf->pos = buf->start + used;
-    buf->end = buf->start + new_capacity;
+    else {
+        /* PyMem_Realloc keeps the old block when it fails. */
+        grown = PyMem_Realloc(buf->start, (size_t)new_capacity);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    buf->start = grown;
+    buf->pos = grown + used;
+    buf->end = grown + new_capacity;
     return 0;
+}
+
+/* Hand over a bytes-backed buffer's own object, ended at the written length. */
+static PyObject *
+take_backing_bytes(OutBuf *buf)
+{
+    PyObject *result = buf->bytes;
+    Py_ssize_t used = outbuf_len(buf);
+    Py_ssize_t capacity = PyBytes_GET_SIZE(result);
+    /* Keep the little slack of a large block instead of reallocating it
+     * smaller: glibc learns a freed block's size as its mmap threshold, so
+     * after shrinking every payload of the usual size would come from a fresh
+     * mmap again, all of its pages faulted in anew.  The bytes object simply
+     * ends early (its allocation is freed whole). */
+    int keep_slack = capacity >= OUTBUF_LARGE && capacity - used <= capacity / 8;
+    if (used != capacity && !keep_slack) {
+        /* A smaller copy rather than _PyBytes_Resize, which would free the
+         * contents if it failed; without memory for the copy the slack is
+         * kept instead. */
+        PyObject *exact = PyBytes_FromStringAndSize(buf->start, used);
+        if (exact != NULL) {
+            Py_SETREF(result, exact);
+        }
+        else {
+            PyErr_Clear();
+        }
+    }
+    if (PyBytes_GET_SIZE(result) != used) {
+        Py_SET_SIZE(result, used);
+        PyBytes_AS_STRING(result)[used] = '\0';
+    }
+    return result;
 }
 
 PyObject *
 outbuf_finish_bytes(OutBuf *buf)
 {
-    PyObject *result = buf->bytes;
-    Py_ssize_t used = outbuf_len(buf);
+    PyObject *result;
+    if (buf->bytes != NULL) {
+        result = take_backing_bytes(buf);
+    }
+    else {
+        result = PyBytes_FromStringAndSize(buf->start, outbuf_len(buf));
+        if (result == NULL) {
+            return NULL;
+        }
+        PyMem_Free(buf->start);
+    }
     buf->bytes = NULL;
     buf->start = buf->pos = buf->end = NULL;
-    if (result == NULL) {
-        PyErr_SetString(PyExc_SystemError, "spanpack: output buffer already finished");
-        return NULL;
-    }
-    Py_ssize_t capacity = PyBytes_GET_SIZE(result);
-    if (used == capacity) {
-        return result;
-    }
-    if (capacity >= OUTBUF_LARGE && capacity - used <= capacity / 8) {
-        /* Keep the little slack of a large block instead of reallocating it
-         * smaller: glibc learns a freed block's size as its mmap threshold,
-         * so after shrinking every payload of the usual size would come
-         * from a fresh mmap again, all of its pages faulted in anew.  The
-         * bytes object simply ends early (its allocation is freed whole). */
-        Py_SET_SIZE(result, used);
-        PyBytes_AS_STRING(result)[used] = '\0';
-        return result;
-    }
-    if (_PyBytes_Resize(&result, used) < 0) {
-        return NULL;
-    }
     return result;
 }
 

@@ -1,10 +1,16 @@
 /* A growable output buffer for msgpack bytes.
  *
  * Two kinds of backing memory:
- *  - a bytes object (outbuf_init_bytes): the result is handed out by shrinking
- *    that object in place, so a one-shot encode never copies its output;
+ *  - a bytes object (outbuf_init_bytes): a result that fits is handed out by
+ *    ending that object early, so a one-shot encode of a known size never
+ *    copies its output;
  *  - plain heap memory (outbuf_init_raw): for long-lived writers (Packer,
- *    buffered trace encoder) that hand out copies or slices.
+ *    buffered trace encoder) and for any buffer that has grown.
+ *
+ * A failed growth or hand-over never loses what the buffer holds: a bytes
+ * object cannot be resized without being freed on failure
+ * (_PyBytes_Resize), so a bytes-backed buffer that must grow moves to heap
+ * memory, which PyMem_Realloc grows in place or keeps on failure.
  *
  * Writers reserve space first (outbuf_reserve) and then store through `pos`
  * without further checks. */
@@ -25,13 +31,17 @@ typedef struct {
 
 int outbuf_init_bytes(OutBuf *buf, Py_ssize_t capacity);
 int outbuf_init_raw(OutBuf *buf, Py_ssize_t capacity);
+/* Also safe on a zeroed buffer. */
 void outbuf_free(OutBuf *buf);
 
-/* Slow path of outbuf_reserve: make room for `extra` more bytes. */
+/* Slow path of outbuf_reserve: make room for `extra` more bytes.  On failure
+ * the buffer is unchanged. */
 int outbuf_grow(OutBuf *buf, Py_ssize_t extra);
 
-/* Bytes-backed buffers only: shrink to the written length and return the bytes
- * object (a new reference); the buffer is left empty and unusable. */
+/* The written bytes as a bytes object (a new reference): the backing bytes
+ * object itself when there is one, else a copy.  On success the buffer is
+ * left empty and unusable; on failure (only possible for heap memory) it is
+ * unchanged. */
 PyObject *outbuf_finish_bytes(OutBuf *buf);
 
 /* Give back memory beyond `keep` bytes of capacity (heap buffers only); the

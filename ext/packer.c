@@ -13,7 +13,132 @@ static int pack_value(const PackOptions *options, OutBuf *buf, PyObject *obj, in
                       int nest_limit);
 
 /* ---------------------------------------------------------------------------
+ * Arguments read the way msgpack-python's compiled code reads them */
+
+/* A C integer argument as msgpack-python reads it: an int (subclasses by
+ * value, their hooks unused), else whatever the type's __int__ returns (so
+ * 1.5 counts as 1, and an object with only __index__ is refused).  Returns a
+ * new reference to an int, or NULL with an exception set. */
+static PyObject *
+int_arg(PyObject *arg)
+{
+    if (PyLong_Check(arg)) {
+        return Py_NewRef(arg);
+    }
+    PyNumberMethods *number = Py_TYPE(arg)->tp_as_number;
+    if (number == NULL || number->nb_int == NULL) {
+        PyErr_Format(PyExc_TypeError, "an integer is required, not '%.200s'",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    PyObject *result = number->nb_int(arg);
+    if (result == NULL || PyLong_CheckExact(result)) {
+        return result;
+    }
+    if (!PyLong_Check(result)) {
+        PyErr_Format(PyExc_TypeError, "__int__ returned non-int (type %.200s)",
+                     Py_TYPE(result)->tp_name);
+        Py_DECREF(result);
+        return NULL;
+    }
+    /* An int subclass is accepted with the warning int() gives for it. */
+    if (PyErr_WarnFormat(PyExc_DeprecationWarning, 1,
+                         "__int__ returned non-int (type %.200s); returning an instance of a "
+                         "strict subclass of int is deprecated",
+                         Py_TYPE(result)->tp_name) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+/* int_arg() as a long long: 0, or -1 with an exception set (OverflowError
+ * when out of range). */
+static int
+long_long_arg(PyObject *arg, long long *out)
+{
+    PyObject *number = int_arg(arg);
+    if (number == NULL) {
+        return -1;
+    }
+    *out = PyLong_AsLongLong(number);
+    Py_DECREF(number);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The bytes of a C string argument as msgpack-python reads them: a str of
+ * ASCII characters only (UnicodeEncodeError otherwise), bytes or bytearray,
+ * subclasses included; anything else (memoryview too) is a TypeError.  The
+ * pointer borrows from `arg`: use it before any Python code can run. */
+static int
+char_data_arg(PyObject *arg, const char **data, Py_ssize_t *size)
+{
+    if (PyUnicode_Check(arg)) {
+        if (!PyUnicode_IS_ASCII(arg)) {
+            /* Raises the UnicodeEncodeError naming the first non-ASCII
+             * character; a result would mean the check above was wrong. */
+            PyObject *encoded = PyUnicode_AsASCIIString(arg);
+            if (encoded != NULL) {
+                Py_DECREF(encoded);
+                PyErr_SetString(PyExc_SystemError, "non-ASCII str encoded as ASCII");
+            }
+            return -1;
+        }
+        *data = (const char *)PyUnicode_DATA(arg);
+        *size = PyUnicode_GET_LENGTH(arg);
+        return 0;
+    }
+    if (PyByteArray_Check(arg)) {
+        *data = PyByteArray_AS_STRING(arg);
+        *size = PyByteArray_GET_SIZE(arg);
+        return 0;
+    }
+    char *bytes;
+    if (PyBytes_AsStringAndSize(arg, &bytes, size) < 0) {
+        return -1;
+    }
+    *data = bytes;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
  * Scalars */
+
+/* An int subclass goes by its own `> 0` as in msgpack-python: true packs it
+ * unsigned, false signed, so a negative value whose comparison says positive
+ * (or the reverse beyond int64) is out of range.  An OverflowError from the
+ * comparison counts as out of range too; other errors propagate. */
+static int
+pack_int_subclass(OutBuf *buf, PyObject *obj, int will_default)
+{
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) {
+        return -1;
+    }
+    int positive = PyObject_RichCompareBool(obj, zero, Py_GT);
+    Py_DECREF(zero);
+    if (positive > 0) {
+        unsigned long long value = PyLong_AsUnsignedLongLong(obj);
+        if (!(value == (unsigned long long)-1 && PyErr_Occurred())) {
+            return mp_write_uint(buf, (uint64_t)value);
+        }
+    }
+    else if (positive == 0) {
+        long long value = PyLong_AsLongLong(obj);
+        if (!(value == -1 && PyErr_Occurred())) {
+            return mp_write_int(buf, (int64_t)value);
+        }
+    }
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        return -1;
+    }
+    PyErr_Clear();
+    if (will_default) {
+        return PACK_TRY_DEFAULT;
+    }
+    PyErr_SetString(PyExc_OverflowError, "Integer value out of range");
+    return -1;
+}
 
 static int
 pack_int(OutBuf *buf, PyObject *obj, int will_default)
@@ -68,18 +193,12 @@ pack_float(const PackOptions *options, OutBuf *buf, double value)
     return 0;
 }
 
-static int
-raise_too_large(const char *what)
-{
-    PyErr_Format(PyExc_ValueError, "%s is too large", what);
-    return -1;
-}
-
 /* str and bytes bodies share this: header per use_bin_type, then the body. */
 static int
-pack_raw(const PackOptions *options, OutBuf *buf, const char *data, Py_ssize_t size, int as_bin)
+pack_raw(const PackOptions *options, OutBuf *buf, const char *data, Py_ssize_t size, int as_bin,
+         const char *what)
 {
-    if (outbuf_reserve(buf, size + 5) < 0) {
+    if (mp_check_length(size, what) < 0 || outbuf_reserve(buf, size + 5) < 0) {
         return -1;
     }
     if (as_bin && options->use_bin_type) {
@@ -109,22 +228,14 @@ pack_str(const PackOptions *options, OutBuf *buf, PyObject *obj)
                 return -1;
             }
         }
-        if (size > MP_ITEM_LIMIT) {
-            return raise_too_large("unicode string");
-        }
-        return pack_raw(options, buf, data, size, 0);
+        return pack_raw(options, buf, data, size, 0, "unicode string");
     }
     PyObject *encoded = PyUnicode_AsEncodedString(obj, "utf-8", options->unicode_errors);
     if (encoded == NULL) {
         return -1;
     }
-    int result;
-    if (PyBytes_GET_SIZE(encoded) > MP_ITEM_LIMIT) {
-        result = raise_too_large("unicode string");
-    }
-    else {
-        result = pack_raw(options, buf, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded), 0);
-    }
+    int result = pack_raw(options, buf, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded), 0,
+                          "unicode string");
     Py_DECREF(encoded);
     return result;
 }
@@ -142,11 +253,7 @@ pack_bytes_like(const PackOptions *options, OutBuf *buf, PyObject *obj)
         data = PyByteArray_AS_STRING(obj);
         size = PyByteArray_GET_SIZE(obj);
     }
-    if (size > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "%.200s object is too large", Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    return pack_raw(options, buf, data, size, 1);
+    return pack_raw(options, buf, data, size, 1, Py_TYPE(obj)->tp_name);
 }
 
 static int
@@ -156,63 +263,51 @@ pack_memoryview(const PackOptions *options, OutBuf *buf, PyObject *obj)
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) {
         return -1;
     }
-    int result;
-    if (view.len > MP_ITEM_LIMIT) {
-        result = raise_too_large("memoryview");
-    }
-    else {
-        result = pack_raw(options, buf, view.buf, view.len, 1);
-    }
+    int result = pack_raw(options, buf, view.buf, view.len, 1, "memoryview");
     PyBuffer_Release(&view);
     return result;
 }
 
-static int
-pack_ext(OutBuf *buf, long code, const char *data, Py_ssize_t size)
-{
-    if (outbuf_reserve(buf, size + 6) < 0) {
-        return -1;
-    }
-    mp_put_ext_header(buf, (int8_t)code, (uint32_t)size);
-    memcpy(buf->pos, data, (size_t)size);
-    buf->pos += size;
-    return 0;
-}
-
-/* ExtType(code, data): `data` is bytes (ExtType checks it), but read it as any
- * buffer so that a subclass that skipped the check cannot crash us. */
+/* ExtType(code, data), read as msgpack-python reads it: `data` as a C string
+ * argument (the constructor's bytes check can be skipped by a subclass), then
+ * `code` as a C long, cut to its low byte as a C char conversion does. */
 static int
 pack_ext_type_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
 {
     SpanpackState *state = options->state;
-    PyObject *code_obj = NULL, *data_obj = NULL;
-    Py_buffer view = {0};
+    PyObject *code_obj = NULL, *data_obj = NULL, *code_int = NULL;
     int result = -1;
 
     data_obj = PyObject_GetAttr(obj, state->str_data);
     if (data_obj == NULL) {
         goto error;
     }
+    const char *data;
+    Py_ssize_t size;
+    /* Checked before `code` is read, as msgpack-python does. */
+    if (char_data_arg(data_obj, &data, &size) < 0 || mp_check_length(size, "EXT data") < 0) {
+        goto error;
+    }
     code_obj = PyObject_GetAttr(obj, state->str_code);
     if (code_obj == NULL) {
         goto error;
     }
-    long code = PyLong_AsLong(code_obj);
+    code_int = int_arg(code_obj);
+    if (code_int == NULL) {
+        goto error;
+    }
+    long code = PyLong_AsLong(code_int);
     if (code == -1 && PyErr_Occurred()) {
         goto error;
     }
-    if (PyObject_GetBuffer(data_obj, &view, PyBUF_SIMPLE) < 0) {
+    /* Python code ran since char_data_arg(): read the bytes again (data_obj
+     * is kept alive, but a bytearray may have been resized). */
+    if (char_data_arg(data_obj, &data, &size) < 0) {
         goto error;
     }
-    if (view.len > MP_ITEM_LIMIT) {
-        raise_too_large("EXT data");
-        goto error;
-    }
-    result = pack_ext(buf, code, view.buf, view.len);
+    result = mp_write_ext(buf, (int8_t)code, data, size);
 error:
-    if (view.obj != NULL) {
-        PyBuffer_Release(&view);
-    }
+    Py_XDECREF(code_int);
     Py_XDECREF(code_obj);
     Py_XDECREF(data_obj);
     return result;
@@ -232,22 +327,26 @@ static int
 pack_timestamp_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
 {
     SpanpackState *state = options->state;
-    PyObject *seconds_obj = NULL, *nanoseconds_obj = NULL;
+    PyObject *seconds_obj = NULL, *nanoseconds_obj = NULL, *nanoseconds_int = NULL;
     int result = -1;
 
     seconds_obj = PyObject_GetAttr(obj, state->str_seconds);
     if (seconds_obj == NULL) {
         goto error;
     }
+    long long seconds;
+    if (long_long_arg(seconds_obj, &seconds) < 0) {
+        goto error;
+    }
     nanoseconds_obj = PyObject_GetAttr(obj, state->str_nanoseconds);
     if (nanoseconds_obj == NULL) {
         goto error;
     }
-    long long seconds = PyLong_AsLongLong(seconds_obj);
-    if (seconds == -1 && PyErr_Occurred()) {
+    nanoseconds_int = int_arg(nanoseconds_obj);
+    if (nanoseconds_int == NULL) {
         goto error;
     }
-    unsigned long nanoseconds = PyLong_AsUnsignedLong(nanoseconds_obj);
+    unsigned long nanoseconds = PyLong_AsUnsignedLong(nanoseconds_int);
     if (nanoseconds == (unsigned long)-1 && PyErr_Occurred()) {
         goto error;
     }
@@ -255,6 +354,7 @@ pack_timestamp_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
 error:
     Py_XDECREF(seconds_obj);
     Py_XDECREF(nanoseconds_obj);
+    Py_XDECREF(nanoseconds_int);
     return result;
 }
 
@@ -312,10 +412,7 @@ static int
 pack_exact_dict(const PackOptions *options, OutBuf *buf, PyObject *dict, int nest_limit)
 {
     Py_ssize_t size = PyDict_GET_SIZE(dict);
-    if (size > MP_ITEM_LIMIT) {
-        return raise_too_large("dict");
-    }
-    if (mp_write_map_header(buf, (uint32_t)size) < 0) {
+    if (mp_write_map_header(buf, size) < 0) {
         return -1;
     }
     int result = 0;
@@ -385,12 +482,7 @@ pack_iterated(const PackOptions *options, OutBuf *buf, PyObject *iterable, Py_ss
     Py_ssize_t count = 0;
     int result = -1;
 
-    if (size > MP_ITEM_LIMIT) {
-        raise_too_large(as_map ? "dict" : "list");
-        goto error;
-    }
-    if ((as_map ? mp_write_map_header(buf, (uint32_t)size)
-                : mp_write_array_header(buf, (uint32_t)size)) < 0) {
+    if ((as_map ? mp_write_map_header(buf, size) : mp_write_array_header(buf, size)) < 0) {
         goto error;
     }
     iterator = PyObject_GetIter(iterable);
@@ -438,10 +530,7 @@ static int
 pack_exact_list(const PackOptions *options, OutBuf *buf, PyObject *list, int nest_limit)
 {
     Py_ssize_t size = PyList_GET_SIZE(list);
-    if (size > MP_ITEM_LIMIT) {
-        return raise_too_large("list");
-    }
-    if (mp_write_array_header(buf, (uint32_t)size) < 0) {
+    if (mp_write_array_header(buf, size) < 0) {
         return -1;
     }
     int result = 0;
@@ -468,10 +557,7 @@ pack_exact_tuple(const PackOptions *options, OutBuf *buf, PyObject *tuple, int n
 {
     /* A tuple is immutable and our caller holds it, so its items stay alive. */
     Py_ssize_t size = PyTuple_GET_SIZE(tuple);
-    if (size > MP_ITEM_LIMIT) {
-        return raise_too_large("list");
-    }
-    if (mp_write_array_header(buf, (uint32_t)size) < 0) {
+    if (mp_write_array_header(buf, size) < 0) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < size; i++) {
@@ -507,8 +593,11 @@ pack_value_slow(const PackOptions *options, OutBuf *buf, PyObject *obj, int will
     const int strict = options->strict_types;
     PyTypeObject *type = Py_TYPE(obj);
 
-    if (strict ? type == &PyLong_Type : PyLong_Check(obj)) {
+    if (type == &PyLong_Type) {
         return pack_int(buf, obj, will_default);
+    }
+    if (!strict && PyLong_Check(obj)) {
+        return pack_int_subclass(buf, obj, will_default);
     }
     if (strict ? type == &PyFloat_Type : PyFloat_Check(obj)) {
         return pack_float(options, buf, PyFloat_AS_DOUBLE(obj));
@@ -653,14 +742,65 @@ flag_value(PyObject *arg, int default_value, int *out)
     return 0;
 }
 
-/* Validate arguments into `options`.  On success *unicode_errors_out is the
- * str that options->unicode_errors points into (borrowed), or NULL. */
+/* unicode_errors as msgpack-python takes it (a C string argument: an ASCII
+ * str, bytes or bytearray), copied so that a later change to a bytearray
+ * cannot reach the packer.  Returns a new bytes object or NULL. */
+static PyObject *
+unicode_errors_arg(PyObject *arg)
+{
+    const char *data;
+    Py_ssize_t size;
+    if (char_data_arg(arg, &data, &size) < 0) {
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize(data, size);
+}
+
+/* buf_size as msgpack-python takes it: a C size_t (int_arg() rules).  A size
+ * no allocation can satisfy is the MemoryError msgpack-python's would give. */
+static int
+buf_size_arg(PyObject *arg, Py_ssize_t *out)
+{
+    PyObject *number = int_arg(arg);
+    if (number == NULL) {
+        return -1;
+    }
+    size_t size = PyLong_AsSize_t(number);
+    Py_DECREF(number);
+    if (size == (size_t)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (size > (size_t)PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *out = (Py_ssize_t)size;
+    return 0;
+}
+
+/* Validate arguments into `options`.  On success *unicode_errors_out is a
+ * new reference to the bytes that options->unicode_errors points into, or
+ * NULL. */
 static int
 options_from_args(SpanpackState *state, const OptionArgs *args, PackOptions *options,
                   int *autoreset, Py_ssize_t *buf_size, PyObject **unicode_errors_out)
 {
     memset(options, 0, sizeof *options);
     options->state = state;
+    *unicode_errors_out = NULL;
+    /* msgpack-python converts buf_size first, then the rest in order. */
+    *buf_size = PACKER_DEFAULT_BUF_SIZE;
+    if (args->buf_size != NULL && args->buf_size != Py_None &&
+        buf_size_arg(args->buf_size, buf_size) < 0) {
+        return -1;
+    }
+    if (flag_value(args->use_single_float, 0, &options->use_single_float) < 0 ||
+        flag_value(args->autoreset, 1, autoreset) < 0 ||
+        flag_value(args->use_bin_type, 1, &options->use_bin_type) < 0 ||
+        flag_value(args->strict_types, 0, &options->strict_types) < 0 ||
+        flag_value(args->datetime, 0, &options->datetime) < 0) {
+        return -1;
+    }
     if (args->default_fn != NULL && args->default_fn != Py_None) {
         if (!PyCallable_Check(args->default_fn)) {
             PyErr_SetString(PyExc_TypeError, "default must be a callable.");
@@ -668,37 +808,13 @@ options_from_args(SpanpackState *state, const OptionArgs *args, PackOptions *opt
         }
         options->default_fn = args->default_fn;
     }
-    if (flag_value(args->use_single_float, 0, &options->use_single_float) < 0 ||
-        flag_value(args->use_bin_type, 1, &options->use_bin_type) < 0 ||
-        flag_value(args->strict_types, 0, &options->strict_types) < 0 ||
-        flag_value(args->datetime, 0, &options->datetime) < 0 ||
-        flag_value(args->autoreset, 1, autoreset) < 0) {
-        return -1;
-    }
-    *unicode_errors_out = NULL;
     if (args->unicode_errors != NULL && args->unicode_errors != Py_None) {
-        if (!PyUnicode_Check(args->unicode_errors)) {
-            PyErr_SetString(PyExc_TypeError, "unicode_errors must be a str or None");
+        PyObject *errors = unicode_errors_arg(args->unicode_errors);
+        if (errors == NULL) {
             return -1;
         }
-        options->unicode_errors = PyUnicode_AsUTF8(args->unicode_errors);
-        if (options->unicode_errors == NULL) {
-            return -1;
-        }
-        *unicode_errors_out = args->unicode_errors;
-    }
-    *buf_size = PACKER_DEFAULT_BUF_SIZE;
-    if (args->buf_size != NULL && args->buf_size != Py_None) {
-        Py_ssize_t size = PyLong_AsSsize_t(args->buf_size);
-        if (size == -1 && PyErr_Occurred()) {
-            return -1;
-        }
-        if (size < 0) {
-            /* msgpack-python converts buf_size to size_t, which raises this. */
-            PyErr_SetString(PyExc_OverflowError, "can't convert negative int to unsigned");
-            return -1;
-        }
-        *buf_size = size;
+        options->unicode_errors = PyBytes_AS_STRING(errors);
+        *unicode_errors_out = errors;
     }
     return 0;
 }
@@ -710,7 +826,7 @@ typedef struct {
     PyObject_HEAD
     PackOptions options;      /* options.default_fn borrows default_fn below */
     PyObject *default_fn;     /* strong reference or NULL */
-    PyObject *unicode_errors; /* keeps options.unicode_errors' text alive */
+    PyObject *unicode_errors; /* bytes holding options.unicode_errors' text */
     OutBuf buf;
     Py_ssize_t exports; /* live buffer-protocol views of `buf` */
     int packing;        /* a pack is under way (its `default` may call back in) */
@@ -779,16 +895,17 @@ packer_init(PackerObject *self, PyObject *args, PyObject *kwargs)
     if (packer_check_exports(self) == 0 &&
         options_from_args(self->options.state, &option_args, &options, &autoreset, &buf_size,
                           &unicode_errors) == 0) {
-        Py_XINCREF(options.default_fn);
-        Py_XSETREF(self->default_fn, options.default_fn);
-        Py_XINCREF(unicode_errors);
-        Py_XSETREF(self->unicode_errors, unicode_errors);
-        self->options = options;
-        self->autoreset = autoreset;
-        if (buf_size > outbuf_capacity(&self->buf) && outbuf_len(&self->buf) == 0) {
-            result = outbuf_grow(&self->buf, buf_size);
+        /* Grow first: a failed __init__ leaves the packer as it was. */
+        if (buf_size > outbuf_capacity(&self->buf) && outbuf_len(&self->buf) == 0 &&
+            outbuf_grow(&self->buf, buf_size) < 0) {
+            Py_XDECREF(unicode_errors);
         }
         else {
+            Py_XINCREF(options.default_fn);
+            Py_XSETREF(self->default_fn, options.default_fn);
+            Py_XSETREF(self->unicode_errors, unicode_errors);
+            self->options = options;
+            self->autoreset = autoreset;
             result = 0;
         }
     }
@@ -860,23 +977,20 @@ packer_pack(PackerObject *self, PyObject *obj)
     return result;
 }
 
-/* size argument of pack_array_header / pack_map_header. */
+/* size argument of pack_array_header / pack_map_header (the header writer
+ * checks the upper limit). */
 static int
-header_size_arg(PyObject *arg, const char *what, uint32_t *size)
+header_size_arg(PyObject *arg, const char *what, long long *size)
 {
-    long long value = PyLong_AsLongLong(arg);
-    if (value == -1 && PyErr_Occurred()) {
+    long long value;
+    if (long_long_arg(arg, &value) < 0) {
         return -1;
     }
     if (value < 0) {
         PyErr_Format(PyExc_ValueError, "%s size must be non-negative", what);
         return -1;
     }
-    if (value > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "%s too large", what);
-        return -1;
-    }
-    *size = (uint32_t)value;
+    *size = value;
     return 0;
 }
 
@@ -884,7 +998,7 @@ static PyObject *
 packer_pack_header(PackerObject *self, PyObject *arg, int is_map)
 {
     PyObject *result = NULL;
-    uint32_t size;
+    long long size;
     if (header_size_arg(arg, is_map ? "map" : "array", &size) < 0) {
         return NULL;
     }
@@ -944,7 +1058,21 @@ packer_pack_ext_type(PackerObject *self, PyObject *const *args, Py_ssize_t nargs
                      nargs);
         return NULL;
     }
-    long code = PyLong_AsLong(args[0]);
+    PyObject *data = args[1];
+    /* msgpack-python's order: len(data), the code, then the bytes of data. */
+    Py_ssize_t length = PyObject_Size(data);
+    if (length < 0) {
+        return NULL;
+    }
+    if (mp_check_length(length, "ext data") < 0) {
+        return NULL;
+    }
+    PyObject *code_int = int_arg(args[0]);
+    if (code_int == NULL) {
+        return NULL;
+    }
+    long code = PyLong_AsLong(code_int);
+    Py_DECREF(code_int);
     if (code == -1 && PyErr_Occurred()) {
         return NULL;
     }
@@ -952,37 +1080,22 @@ packer_pack_ext_type(PackerObject *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_OverflowError, "value too large to convert to char");
         return NULL;
     }
-    PyObject *data = args[1];
-    Py_buffer view = {0};
+    /* The real size of the bytes, not len(): a subclass's __len__ may lie. */
     const char *bytes;
     Py_ssize_t size;
-    if (PyUnicode_Check(data)) {
-        bytes = PyUnicode_AsUTF8AndSize(data, &size);
-        if (bytes == NULL) {
-            return NULL;
-        }
+    if (char_data_arg(data, &bytes, &size) < 0) {
+        return NULL;
     }
-    else {
-        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-            return NULL;
-        }
-        bytes = view.buf;
-        size = view.len;
+    if (mp_check_length(size, "ext data") < 0) {
+        return NULL;
     }
     PyObject *result = NULL;
-    if (size > MP_ITEM_LIMIT) {
-        PyErr_SetString(PyExc_ValueError, "ext data too large");
+    SP_BEGIN_CRITICAL_SECTION(self);
+    if (packer_check_exports(self) == 0 &&
+        mp_write_ext(&self->buf, (int8_t)code, bytes, size) == 0) {
+        result = packer_result(self);
     }
-    else {
-        SP_BEGIN_CRITICAL_SECTION(self);
-        if (packer_check_exports(self) == 0 && pack_ext(&self->buf, code, bytes, size) == 0) {
-            result = packer_result(self);
-        }
-        SP_END_CRITICAL_SECTION();
-    }
-    if (view.obj != NULL) {
-        PyBuffer_Release(&view);
-    }
+    SP_END_CRITICAL_SECTION();
     return result;
 }
 
@@ -1048,27 +1161,29 @@ packer_releasebuffer_slot(PackerObject *self, Py_buffer *view)
 
 static PyMethodDef packer_methods[] = {
     {"pack", (PyCFunction)packer_pack, METH_O,
-     "pack(obj) -> bytes or None\n\nPack obj; return the bytes with autoreset, else None."},
+     "pack($self, obj, /)\n--\n\nPack obj: the bytes with autoreset, else None."},
     {"pack_array_header", (PyCFunction)packer_pack_array_header, METH_O,
-     "pack_array_header(n): write an array header for n items."},
+     "pack_array_header($self, n, /)\n--\n\nWrite an array header for n items."},
     {"pack_map_header", (PyCFunction)packer_pack_map_header, METH_O,
-     "pack_map_header(n): write a map header for n pairs."},
+     "pack_map_header($self, n, /)\n--\n\nWrite a map header for n pairs."},
     {"pack_map_pairs", (PyCFunction)packer_pack_map_pairs, METH_O,
-     "pack_map_pairs(pairs): write a map from a sized iterable of (key, value) pairs."},
+     "pack_map_pairs($self, pairs, /)\n--\n\nWrite a map from a sized iterable of (key, value) "
+     "pairs."},
     {"pack_ext_type", (PyCFunction)(void (*)(void))packer_pack_ext_type, METH_FASTCALL,
-     "pack_ext_type(code, data): write an ext value."},
-    {"reset", (PyCFunction)packer_reset, METH_NOARGS, "Empty the internal buffer."},
+     "pack_ext_type($self, code, data, /)\n--\n\nWrite an ext value."},
+    {"reset", (PyCFunction)packer_reset, METH_NOARGS,
+     "reset($self, /)\n--\n\nEmpty the internal buffer."},
     {"bytes", (PyCFunction)packer_bytes, METH_NOARGS,
-     "Return the internal buffer's contents as bytes."},
+     "bytes($self, /)\n--\n\nThe internal buffer's contents as bytes."},
     {"getbuffer", (PyCFunction)packer_getbuffer, METH_NOARGS,
-     "Return a memoryview of the internal buffer."},
+     "getbuffer($self, /)\n--\n\nA memoryview of the internal buffer."},
     {NULL, NULL, 0, NULL},
 };
 
 PyDoc_STRVAR(packer_doc,
              "Packer(*, default=None, use_single_float=False, autoreset=True, "
              "use_bin_type=True, strict_types=False, datetime=False, unicode_errors=None, "
-             "buf_size=None)\n\n"
+             "buf_size=None)\n--\n\n"
              "msgpack serializer with the options, methods and output of msgpack-python's "
              "Packer.");
 
@@ -1142,19 +1257,24 @@ spanpack_packb(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObje
                           &buf_size, &unicode_errors) < 0) {
         return NULL;
     }
+    PyObject *result = NULL;
     if (outbuf_init_bytes(&buf, PACKB_INITIAL_CAPACITY) < 0) {
-        return NULL;
+        goto error;
     }
     if (pack_object(&options, &buf, args[0], PACK_NEST_LIMIT) < 0) {
         outbuf_free(&buf);
-        return NULL;
+        goto error;
     }
     if (!autoreset) {
         /* Packer(autoreset=False).pack() returns None, and so does packb. */
         outbuf_free(&buf);
-        Py_RETURN_NONE;
+        result = Py_NewRef(Py_None);
+        goto error;
     }
-    return outbuf_finish_bytes(&buf);
+    result = outbuf_finish_bytes(&buf);
+error:
+    Py_XDECREF(unicode_errors);
+    return result;
 }
 
 int

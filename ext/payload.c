@@ -115,18 +115,19 @@ part_free(EncodedPart *part)
 
 int
 payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity,
-             Py_ssize_t reserve)
+             Py_ssize_t header_room)
 {
     memset(payload, 0, sizeof *payload);
     payload->version = version;
-    payload->reserve = reserve;
-    if (capacity < reserve + 64) {
-        capacity = reserve + 64;
+    payload->header_room = header_room;
+    if (capacity < header_room + 64) {
+        capacity = header_room + 64;
     }
-    if (outbuf_init_bytes(&payload->body, capacity) < 0) {
+    if ((header_room > 0 ? outbuf_init_bytes(&payload->body, capacity)
+                         : outbuf_init_raw(&payload->body, capacity)) < 0) {
         return -1;
     }
-    payload->body.pos += reserve;
+    payload->body.pos += header_room;
     if (version == 5 && (strtable_init(&payload->table, 1024) < 0 ||
                          seed_table(&payload->table, state, payload_encode_table_entry) < 0)) {
         payload_free(payload);
@@ -146,9 +147,7 @@ payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssiz
 void
 payload_free(PayloadBuilder *payload)
 {
-    if (payload->body.bytes != NULL) {
-        outbuf_free(&payload->body);
-    }
+    outbuf_free(&payload->body);
     if (payload->table.strings != NULL) {
         strtable_free(&payload->table);
     }
@@ -160,7 +159,7 @@ static Py_ssize_t
 payload_prefix_size(const PayloadBuilder *payload)
 {
     if (payload->version == V10_VERSION) {
-        return v10_prefix_size(payload);
+        return v10_prefix_size(payload->preamble, payload->trace_count);
     }
     Py_ssize_t size = array_header_size(payload->trace_count);
     if (payload->version == 5) {
@@ -172,7 +171,7 @@ payload_prefix_size(const PayloadBuilder *payload)
 Py_ssize_t
 payload_size(const PayloadBuilder *payload)
 {
-    return payload_prefix_size(payload) + outbuf_len(&payload->body) - payload->reserve;
+    return payload_prefix_size(payload) + outbuf_len(&payload->body) - payload->header_room;
 }
 
 PayloadMark
@@ -235,8 +234,7 @@ error:
 int
 payload_append(PayloadBuilder *payload, const EncodedPart *part)
 {
-    if (payload->trace_count >= MP_ITEM_LIMIT) {
-        PyErr_SetString(PyExc_ValueError, "too many traces for one payload");
+    if (mp_check_length(payload->trace_count + 1, "payload's trace array") < 0) {
         return -1;
     }
     PayloadMark mark = payload_mark(payload);
@@ -245,45 +243,58 @@ payload_append(PayloadBuilder *payload, const EncodedPart *part)
                                                    : outbuf_write(&payload->body, part->body.start,
                                                                   outbuf_len(&part->body));
     if (result < 0) {
-        if (payload->body.bytes != NULL) {
-            payload_rollback(payload, mark);
-        }
+        payload_rollback(payload, mark);
         return -1;
     }
     payload->trace_count++;
     return 0;
 }
 
+/* The headers in front of the traces: for v0.5 `92` and the string table,
+ * then the traces' array header; for v1.0 see v10_put_prefix. */
+static void
+put_prefix(const PayloadBuilder *payload, OutBuf *head)
+{
+    if (payload->version == V10_VERSION) {
+        v10_put_prefix(payload, head);
+        return;
+    }
+    if (payload->version == 5) {
+        mp_put_byte(head, 0x92);
+        mp_put_array_header(head, payload->table.count);
+        Py_ssize_t table_len = outbuf_len(&payload->table.encoded);
+        memcpy(head->pos, payload->table.encoded.start, (size_t)table_len);
+        head->pos += table_len;
+    }
+    mp_put_array_header(head, (uint32_t)payload->trace_count);
+}
+
 PyObject *
 payload_finish(PayloadBuilder *payload)
 {
-    Py_ssize_t prefix = payload_prefix_size(payload);
-    Py_ssize_t traces_len = outbuf_len(&payload->body) - payload->reserve;
-    /* Move the traces to just after the prefix, in place (growing the bytes
-     * object first when the prefix is larger than the reserved gap). */
-    if (prefix > payload->reserve &&
-        outbuf_reserve(&payload->body, prefix - payload->reserve) < 0) {
+    if (mp_check_length(payload->trace_count, "payload's trace array") < 0 ||
+        (payload->version == 5 && mp_check_length(payload->table.count, "string table") < 0)) {
         return NULL;
     }
-    char *start = payload->body.start;
-    if (prefix != payload->reserve) {
-        memmove(start + prefix, start + payload->reserve, (size_t)traces_len);
+    Py_ssize_t prefix = payload_prefix_size(payload);
+    Py_ssize_t traces_len = outbuf_len(&payload->body) - payload->header_room;
+    char *traces = payload->body.start + payload->header_room;
+    if (prefix == payload->header_room && payload->body.bytes != NULL) {
+        /* The header fills the room left for it: hand out the body itself. */
+        OutBuf head = {payload->body.start, payload->body.start, traces, NULL};
+        put_prefix(payload, &head);
+        return outbuf_finish_bytes(&payload->body);
     }
+    if (traces_len > PY_SSIZE_T_MAX - prefix) {
+        return PyErr_NoMemory();
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, prefix + traces_len);
+    if (result == NULL) {
+        return NULL;
+    }
+    char *start = PyBytes_AS_STRING(result);
     OutBuf head = {start, start, start + prefix, NULL};
-    if (payload->version == V10_VERSION) {
-        v10_put_prefix(payload, &head);
-    }
-    else if (payload->version == 5) {
-        mp_put_byte(&head, 0x92);
-        mp_put_array_header(&head, payload->table.count);
-        memcpy(head.pos, payload->table.encoded.start, (size_t)outbuf_len(&payload->table.encoded));
-        head.pos += outbuf_len(&payload->table.encoded);
-    }
-    if (payload->version != V10_VERSION) {
-        mp_put_array_header(&head, (uint32_t)payload->trace_count);
-    }
-    payload->body.pos = start + prefix + traces_len;
-    PyObject *result = outbuf_finish_bytes(&payload->body);
-    payload_free(payload);
+    put_prefix(payload, &head);
+    memcpy(start + prefix, traces, (size_t)traces_len);
     return result;
 }

@@ -21,25 +21,24 @@ void part_reset(EncodedPart *part);
 void part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep);
 void part_free(EncodedPart *part);
 
-/* Bytes reserved in front of a payload body for its headers when the trace
- * count is not known in advance: enough for any traces array header (v0.5
- * payloads grow the gap for their table when they finish). */
-#define PAYLOAD_PREFIX_RESERVE 5
-
 typedef struct {
     int version;
-    OutBuf body;        /* bytes-backed; `reserve` bytes, then the traces */
-    Py_ssize_t reserve; /* room left in front for the headers */
-    StringTable table;  /* v0.5: the payload's string table; v1.0: the strings
-                           streamed so far, by id */
+    OutBuf body;            /* `header_room` bytes, then the traces */
+    Py_ssize_t header_room; /* room left in front for the traces' array header */
+    StringTable table;      /* v0.5: the payload's string table; v1.0: the
+                               strings streamed so far, by id */
     Py_ssize_t trace_count;
     PyObject *preamble; /* v1.0: see v10_payload_start; NULL otherwise */
 } PayloadBuilder;
 
-/* `reserve`: PAYLOAD_PREFIX_RESERVE, or the exact header size when the trace
- * count is known (then a v0.4 payload finishes without moving its body). */
+/* `header_room`: for a v0.4 payload whose trace count is known up front, the
+ * size of its array header: the body is then written into a bytes object
+ * behind that room and handed out without a copy.  0 writes the body to heap
+ * memory and copies it behind its headers when finished: v0.5 payloads, whose
+ * string table goes in front, and buffered payloads, which must stay intact
+ * until their bytes are safely handed out. */
 int payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity,
-                 Py_ssize_t reserve);
+                 Py_ssize_t header_room);
 void payload_free(PayloadBuilder *payload);
 
 /* Exact size of the finished payload. */
@@ -62,7 +61,9 @@ int payload_encode_table_entry(void *arg, PyObject *key, OutBuf *out);
 /* Append one encoded trace; on failure the payload is unchanged. */
 int payload_append(PayloadBuilder *payload, const EncodedPart *part);
 
-/* The finished payload as bytes; the builder is left empty and unusable. */
+/* The finished payload as bytes.  The builder must be freed afterwards
+ * either way; on failure it is unchanged, and so it is on success unless its
+ * bytes-backed body was handed out. */
 PyObject *payload_finish(PayloadBuilder *payload);
 
 /* Size of a msgpack array header for n items. */

@@ -58,14 +58,11 @@ v10_payload_start(PayloadBuilder *payload, PyObject *preamble)
 }
 
 Py_ssize_t
-v10_prefix_size(const PayloadBuilder *payload)
+v10_prefix_size(PyObject *preamble, Py_ssize_t trace_count)
 {
-    Py_ssize_t preamble = 0;
-    if (payload->preamble != NULL) {
-        preamble = PyBytes_GET_SIZE(PyTuple_GET_ITEM(payload->preamble, 0));
-    }
+    Py_ssize_t size = preamble != NULL ? PyBytes_GET_SIZE(PyTuple_GET_ITEM(preamble, 0)) : 0;
     /* fixmap header, preamble, chunks key, chunks array header. */
-    return 1 + preamble + 1 + array_header_size(payload->trace_count);
+    return 1 + size + 1 + array_header_size(trace_count);
 }
 
 void

@@ -57,24 +57,20 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
     const digit *digits;
     Py_ssize_t digit_count;
     if (!pyint_digits(value, &digits, &digit_count, negative)) {
-        int overflow;
-        long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (overflow == 0 && !(small == -1 && PyErr_Occurred())) {
-            *negative = small < 0;
-            *magnitude = small < 0 ? (uint64_t)0 - (uint64_t)small : (uint64_t)small;
-            return 0;
+        /* Sized first, so that no conversion can fail: an exception object
+         * is Python code's chance to run (a collection's finalizers), which
+         * callers holding borrowed values must not give it. */
+        size_t bits = _PyLong_NumBits(value);
+        if (bits == (size_t)-1 || bits > 64) {
+            PyErr_Clear(); /* (size_t)-1: more bits than a size_t counts */
+            return 1;
         }
-        PyErr_Clear();
-        if (overflow > 0) {
-            unsigned long long large = PyLong_AsUnsignedLongLong(value);
-            if (!(large == (unsigned long long)-1 && PyErr_Occurred())) {
-                *negative = 0;
-                *magnitude = large;
-                return 0;
-            }
-            PyErr_Clear();
-        }
-        return 1;
+        /* The low 64 bits of the two's complement, as an int's (a subclass's
+         * methods are not called). */
+        uint64_t low = (uint64_t)PyLong_AsUnsignedLongLongMask(value);
+        *negative = _PyLong_Sign(value) < 0;
+        *magnitude = *negative ? (uint64_t)0 - low : low;
+        return 0;
     }
     /* Ints are normalised (no leading zero digit): 64 bits take at most
      * ceil(64 / PyLong_SHIFT) digits, the top one partly. */

@@ -48,12 +48,17 @@ v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObje
             return -1;
         }
     }
-    Py_ssize_t before = outbuf_len(w->out);
-    if (mp_write_str(w->out, data, size, 1) < 0) {
+    /* At most MAX_TEXT_LEN characters (the caller's test): the length fits
+     * any header, so the checked writer is not needed. */
+    if (outbuf_reserve(w->out, size + 5) < 0) {
         return -1;
     }
+    char *encoded = w->out->pos;
+    mp_put_str_header(w->out, (uint32_t)size, 1);
+    copy_bytes(w->out->pos, data, size);
+    w->out->pos += size;
     if (w->cache != NULL) {
-        strcache_store(w->cache, value, w->out->start + before, outbuf_len(w->out) - before);
+        strcache_store(w->cache, value, encoded, w->out->pos - encoded);
     }
     return 0;
 }
@@ -142,9 +147,11 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
         /* The reference tracer writes the origin whole (never truncated). */
         Py_ssize_t size;
         const char *utf8 = PyUnicode_AsUTF8AndSize(info->origin, &size);
-        if (utf8 == NULL || WRITE_KEY(w, "\xaa" ORIGIN_KEY) < 0 ||
-            mp_write_str(w->out, utf8, size, 1) < 0) {
+        if (utf8 == NULL || WRITE_KEY(w, "\xaa" ORIGIN_KEY) < 0) {
             return -1;
+        }
+        if (mp_write_str(w->out, utf8, size, 1) < 0) {
+            return span_reraise(w, "origin", NULL);
         }
     }
     if (events_text != NULL) {
@@ -183,11 +190,11 @@ v04_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
         return -1;
     }
     int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
+    if (result == 0) {
+        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
+    }
     if (result < 0) {
         span_reraise(w, "meta_struct", key);
-    }
-    else {
-        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
     }
     outbuf_free(&document);
     return result;
@@ -354,7 +361,7 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     result = 0;
 error:
     Py_XDECREF(events_text);
-    spanvalues_release(&v);
+    span_values_release(w, &v);
     return result;
 }
 

@@ -9,7 +9,7 @@
 #define V05_SPAN_ELEMENTS 12
 #define V05_EMPTY_INDEX 0
 #define V05_ORIGIN_KEY_INDEX 1
-/* Start and duration are clamped to [0, 2**63 - 1]. */
+/* Start and duration within 64 bits are clamped to [0, 2**63 - 1]. */
 #define V05_MAX_TIME INT64_MAX
 /* trace_id, span_id, parent_id, start, duration and error, written in a row. */
 #define V05_NUMBERS_MAX_SIZE (6 * 9)
@@ -96,23 +96,20 @@ v05_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return write_metric_value(w, key, value);
 }
 
+/* Not an int, or an int beyond 64 bits (clamping those would send a time
+ * the span never had). */
 static SP_NOINLINE int
-v05_time_value_slow(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+v05_time_value_error(SpanWriter *w, PyObject *value, const char *field)
 {
     if (!PyLong_Check(value)) {
         return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
                           Py_TYPE(value)->tp_name);
     }
-    int overflow;
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (number == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    *out = overflow > 0 ? V05_MAX_TIME : (overflow < 0 || number < 0) ? 0 : (int64_t)number;
-    return 0;
+    return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", value);
 }
 
-/* start and duration: ints clamped to [0, 2**63 - 1]; None is 0. */
+/* start and duration: ints within 64 bits, clamped to [0, 2**63 - 1] as the
+ * reference tracer clamps them; None is 0. */
 static inline int
 v05_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
 {
@@ -122,16 +119,15 @@ v05_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
     if (value == NULL || value == Py_None) {
         return 0;
     }
-    if (SP_LIKELY(PyLong_CheckExact(value))) {
-        if (pyint_magnitude64(value, &magnitude, &negative) != 0) {
-            *out = negative ? 0 : V05_MAX_TIME; /* beyond 64 bits */
-        }
-        else if (!negative) {
-            *out = magnitude > (uint64_t)V05_MAX_TIME ? V05_MAX_TIME : (int64_t)magnitude;
-        }
-        return 0;
+    /* int subclasses too: their value is read as an int's, no method runs. */
+    if (SP_UNLIKELY(!PyLong_Check(value)) ||
+        SP_UNLIKELY(pyint_magnitude64(value, &magnitude, &negative) != 0)) {
+        return v05_time_value_error(w, value, field);
     }
-    return v05_time_value_slow(w, value, field, out);
+    if (!negative) {
+        *out = magnitude > (uint64_t)V05_MAX_TIME ? V05_MAX_TIME : (int64_t)magnitude;
+    }
+    return 0;
 }
 
 /* The error field: an int that fits in 32 bits (None is 0). */
@@ -290,7 +286,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 error:
     Py_XDECREF(links_text);
     Py_XDECREF(events_text);
-    spanvalues_release(&v);
+    span_values_release(w, &v);
     return result;
 }
 

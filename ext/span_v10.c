@@ -143,6 +143,7 @@ v10_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
     }
     PyObject *str = text.object;
     if (PyBytes_CheckExact(str)) {
+        span_hold_values(w); /* decoding may fail: an exception */
         str = PyUnicode_DecodeUTF8(text.utf8, text.size, "strict");
         Py_DECREF(text.object);
         if (str == NULL) {
@@ -212,7 +213,7 @@ v10_write_plain(SpanWriter *w, PyObject *obj, const char *field, int depth)
     }
     if (PyList_CheckExact(obj)) {
         Py_ssize_t count = PyList_GET_SIZE(obj);
-        if (mp_write_array_header(w->out, (uint32_t)count) < 0) {
+        if (mp_write_array_header(w->out, count) < 0) {
             return -1;
         }
         for (Py_ssize_t i = 0; i < count; i++) {
@@ -225,7 +226,7 @@ v10_write_plain(SpanWriter *w, PyObject *obj, const char *field, int depth)
     if (PyDict_CheckExact(obj)) {
         Py_ssize_t pos = 0;
         PyObject *key, *value;
-        if (mp_write_map_header(w->out, (uint32_t)PyDict_GET_SIZE(obj)) < 0) {
+        if (mp_write_map_header(w->out, PyDict_GET_SIZE(obj)) < 0) {
             return -1;
         }
         while (PyDict_Next(obj, &pos, &key, &value)) {
@@ -245,6 +246,7 @@ static int
 v10_write_converted(SpanWriter *w, int field_key, PyObject *convert, PyObject *items,
                     const char *field)
 {
+    span_hold_values(w); /* Python code runs */
     PyObject *converted = PyObject_CallOneArg(convert, items);
     if (converted == NULL) {
         return span_reraise(w, field, NULL);
@@ -757,7 +759,7 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     result = 0;
 error:
     v10_moved_release(v10);
-    spanvalues_release(&v);
+    span_values_release(w, &v);
     return result;
 }
 
@@ -829,7 +831,7 @@ v10_write_trace(SpanWriter *w, PyObject *trace)
     }
     result = 0;
 error:
-    w->dropped_tags = v10.base.dropped_tags;
+    *w = v10.base; /* counters and buffers the trace's writing updated */
     Py_XDECREF(v10.origin);
     v10_moved_release(&v10);
     return result;

@@ -1,15 +1,15 @@
 /* Span field access: attribute names, slot offsets per type, dict keys. */
 #include "spanfields.h"
 
-#include "pydict.h"
+#include "pyinstance.h"
 
 #if PY_VERSION_HEX < 0x030C0000
 #include <structmember.h>
 #define SP_T_OBJECT_EX T_OBJECT_EX
-#define SP_READONLY READONLY
+#define SP_AUDIT_READ READ_RESTRICTED
 #else
 #define SP_T_OBJECT_EX Py_T_OBJECT_EX
-#define SP_READONLY Py_READONLY
+#define SP_AUDIT_READ Py_AUDIT_READ
 #endif
 
 const char *const span_field_names[SF_COUNT] = {
@@ -215,6 +215,9 @@ static void
 layout_clear(SpanTypeLayout *layout)
 {
     Py_CLEAR(layout->type);
+    for (int i = 0; i < SF_COUNT; i++) {
+        Py_CLEAR(layout->access[i].object);
+    }
     memset(layout->offset, 0, sizeof layout->offset);
 }
 
@@ -239,47 +242,187 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
 {
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         Py_VISIT(reader->layouts[i].type);
+        for (int k = 0; k < SF_COUNT; k++) {
+            Py_VISIT(reader->layouts[i].access[k].object);
+        }
     }
     Py_VISIT(reader->ddtrace_context_type);
     return 0;
 }
 
-/* The instance offset of `name` when instances of `type` read it from a
- * __slots__ member (a data descriptor, so nothing else can shadow it), else 0.
- * The descriptor is looked up along the MRO as instance attribute access does
- * (not with getattr on the class, which a metaclass could intercept). */
-static Py_ssize_t
-slot_offset(PyTypeObject *type, PyObject *name)
+/* ---------------------------------------------------------------------------
+ * Where a class keeps an attribute */
+
+static int
+has_instance_dict(PyTypeObject *type)
 {
-    PyObject *mro = type->tp_mro;
-    if (!PyUnicode_Check(name) || mro == NULL) {
-        return 0; /* dotted path, or a type not ready */
+#ifdef Py_TPFLAGS_MANAGED_DICT
+    if (type->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
+        return 1;
     }
-    PyObject *descr = NULL;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro) && descr == NULL; i++) {
-        PyObject *base_dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
-        if (base_dict != NULL) {
-            descr = PyDict_GetItemWithError(base_dict, name);
-            if (descr == NULL && PyErr_Occurred()) {
-                PyErr_Clear();
-                return 0;
-            }
-        }
-    }
-    if (descr == NULL) {
+#endif
+    return type->tp_dictoffset != 0;
+}
+
+/* A __slots__ member of `type` read straight from the instance: an object
+ * slot whose getter does nothing but read it (an empty one raises
+ * AttributeError: the attribute is really absent). */
+static Py_ssize_t
+member_slot_offset(PyTypeObject *type, PyObject *descr)
+{
+    if (Py_TYPE(descr) != &PyMemberDescr_Type) {
         return 0;
     }
-    Py_INCREF(descr);
-    Py_ssize_t offset = 0;
-    if (Py_TYPE(descr) == &PyMemberDescr_Type) {
-        PyMemberDescrObject *member = (PyMemberDescrObject *)descr;
-        if (member->d_member->type == SP_T_OBJECT_EX && !(member->d_member->flags & SP_READONLY) &&
-            PyType_IsSubtype(type, PyDescr_TYPE(descr))) {
-            offset = member->d_member->offset;
-        }
+    const PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != SP_T_OBJECT_EX || (member->flags & SP_AUDIT_READ) ||
+        !PyType_IsSubtype(type, PyDescr_TYPE(descr))) {
+        return 0;
     }
-    Py_DECREF(descr);
-    return offset;
+    return member->offset;
+}
+
+/* How instances of `type` (held by the caller) give `attribute`: what
+ * object.__getattribute__ does, decided from the class alone.  The class
+ * lookup may run Python code (a key's __eq__ in a class __dict__), so the
+ * result is a new reference in access->object and nothing else is trusted
+ * across it.  Never fails. */
+static void
+classify_attribute(PyTypeObject *type, PyObject *attribute, FieldAccess *access, Py_ssize_t *offset)
+{
+    access->object = NULL;
+    *offset = 0;
+    if (!PyUnicode_Check(attribute) || type->tp_getattro != PyObject_GenericGetAttr) {
+        access->source = FIELD_GETATTR; /* dotted path, or customised access */
+        return;
+    }
+    /* _PyType_Lookup holds the MRO across its dict lookups and never sets an
+     * error; its result is borrowed, so it is owned at once. */
+    PyObject *found = Py_XNewRef(_PyType_Lookup(type, attribute));
+    int instance_dict = has_instance_dict(type);
+    if (found == NULL) {
+        access->source = instance_dict ? FIELD_INSTANCE : FIELD_ABSENT;
+        return;
+    }
+    PyTypeObject *kind = Py_TYPE(found);
+    if (kind->tp_descr_get != NULL && kind->tp_descr_set != NULL) {
+        /* A data descriptor: it wins over the instance __dict__. */
+        *offset = member_slot_offset(type, found);
+        if (*offset != 0) {
+            access->source = FIELD_SLOT;
+            Py_DECREF(found);
+            return;
+        }
+        access->source = FIELD_DESCRIPTOR;
+        access->object = found;
+        return;
+    }
+    if (kind->tp_descr_get != NULL) {
+        /* A non-data descriptor (a method, cached_property): the instance
+         * __dict__ shadows it, and its getter's errors are real. */
+        access->source = instance_dict ? FIELD_GETATTR_STRICT : FIELD_DESCRIPTOR;
+        if (instance_dict) {
+            Py_DECREF(found);
+        }
+        else {
+            access->object = found;
+        }
+        return;
+    }
+    /* A plain class attribute: a default the instance __dict__ may shadow. */
+    access->source = instance_dict ? FIELD_INSTANCE : FIELD_CLASS_VALUE;
+    access->object = found;
+}
+
+/* An attribute from the instance __dict__ or, failing that, the class (no
+ * descriptor involved: see classify_attribute); NULL without error when
+ * neither has it. */
+static int
+instance_attribute(PyObject *obj, PyObject *name, PyObject **value)
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    return PyObject_GetOptionalAttr(obj, name, value) < 0 ? -1 : 0;
+#else
+    *value = _PyObject_GenericGetAttrWithDict(obj, name, NULL, 1);
+    return *value == NULL && PyErr_Occurred() ? -1 : 0;
+#endif
+}
+
+static int get_attribute_path(PyObject *obj, PyObject *path, PyObject **value);
+
+/* Read one attribute of `obj` (of class `type`, held by the caller) as
+ * `access` says.  May run Python code, except for slots and absent fields. */
+static int
+read_access(PyObject *obj, PyTypeObject *type, const FieldAccess *access, Py_ssize_t offset,
+            PyObject *attribute, PyObject **value)
+{
+    *value = NULL;
+    switch (access->source) {
+    case FIELD_ABSENT:
+        return 0;
+    case FIELD_SLOT:
+        *value = Py_XNewRef(*(PyObject **)((char *)obj + offset));
+        return 0;
+    case FIELD_CLASS_VALUE:
+        *value = Py_NewRef(access->object);
+        return 0;
+    case FIELD_INSTANCE:
+        return instance_attribute(obj, attribute, value);
+    case FIELD_DESCRIPTOR: {
+        descrgetfunc get = Py_TYPE(access->object)->tp_descr_get;
+        /* (A class that lost __get__ since: ask Python, as it would be.) */
+        *value = get != NULL ? get(access->object, obj, (PyObject *)type)
+                             : PyObject_GetAttr(obj, attribute);
+        return *value == NULL ? -1 : 0;
+    }
+    case FIELD_GETATTR_STRICT:
+        *value = PyObject_GetAttr(obj, attribute);
+        return *value == NULL ? -1 : 0;
+    case FIELD_GETATTR:
+        if (!PyUnicode_Check(attribute)) {
+            return get_attribute_path(obj, attribute, value);
+        }
+        *value = PyObject_GetAttr(obj, attribute);
+        if (*value == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            /* What hasattr() says: the class's own __getattr__ or
+             * __getattribute__ decides what exists. */
+            PyErr_Clear();
+        }
+        return *value == NULL && PyErr_Occurred() ? -1 : 0;
+    }
+    Py_UNREACHABLE();
+}
+
+int
+spanfields_attribute(PyObject *obj, PyObject *name, PyObject **value)
+{
+    PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(obj));
+    FieldAccess access;
+    Py_ssize_t offset;
+    classify_attribute(type, name, &access, &offset);
+    int result = read_access(obj, type, &access, offset, name, value);
+    Py_XDECREF(access.object);
+    Py_DECREF(type);
+    return result;
+}
+
+/* A dotted path (a tuple of names): each step read as spanfields_attribute
+ * reads it; a missing attribute or None part-way means absent. */
+static int
+get_attribute_path(PyObject *obj, PyObject *path, PyObject **value)
+{
+    PyObject *current = Py_NewRef(obj);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(path) && current != NULL; i++) {
+        PyObject *next = NULL;
+        if (current != Py_None &&
+            spanfields_attribute(current, PyTuple_GET_ITEM(path, i), &next) < 0) {
+            Py_DECREF(current);
+            return -1;
+        }
+        Py_DECREF(current);
+        current = next;
+    }
+    *value = current;
+    return 0;
 }
 
 /* Fields whose values are worth loading ahead: ids, times, text and tag
@@ -291,49 +434,44 @@ prefetched_field(int field)
     return field != SF_ERROR && field != SF_META_STRUCT && field != SF_LINKS && field != SF_EVENTS;
 }
 
-/* Offsets for `type`, from the cache or resolved now.  Resolving may run
- * Python code (a metaclass __getattr__), so the offsets are computed first and
- * installed in one step afterwards; the caller copies what it needs before it
- * runs any Python code itself. */
-static SpanTypeLayout *
-layout_for(SpanFieldReader *reader, PyTypeObject *type)
+/* The derived parts of a layout: which fields need calls, the packed slot
+ * list, and what to prefetch. */
+static void
+layout_index(SpanTypeLayout *layout, PyTypeObject *type, PyObject *const *attributes)
 {
-    for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
-        SpanTypeLayout *layout = &reader->layouts[i];
-        /* A changed class (e.g. a slot replaced by a property) gets a new
-         * version tag, and is resolved again. */
-        if (layout->type == type && layout->version_tag != 0 &&
-            layout->version_tag == type->tp_version_tag) {
-            reader->last_layout = i;
-            return layout;
-        }
-    }
-    Py_ssize_t offsets[SF_COUNT] = {0};
-    if (type->tp_getattro == PyObject_GenericGetAttr) {
+    layout->instance_fields = 0;
+    layout->shared_keys = NULL;
+    layout->shared_key_count = 0;
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    const SpDictKeys *keys = pyinstance_shared_keys(type);
+    if (keys != NULL) {
+        layout->shared_keys = keys;
+        layout->shared_key_count = keys->dk_nentries;
         for (int i = 0; i < SF_COUNT; i++) {
-            offsets[i] = slot_offset(type, reader->attribute[i]);
+            if (layout->access[i].source == FIELD_INSTANCE && PyUnicode_CheckExact(attributes[i])) {
+                layout->instance_fields |= 1u << i;
+                layout->position[i] = pyinstance_position(keys, attributes[i]);
+            }
         }
     }
-    SpanTypeLayout *layout = NULL;
-    for (int i = 0; i < SPAN_LAYOUT_CACHE && layout == NULL; i++) {
-        if (reader->layouts[i].type == type) {
-            layout = &reader->layouts[i];
-        }
-    }
-    if (layout == NULL) {
-        layout = &reader->layouts[reader->next_layout];
-        reader->next_layout = (reader->next_layout + 1) % SPAN_LAYOUT_CACHE;
-    }
-    PyTypeObject *previous = layout->type;
-    memcpy(layout->offset, offsets, sizeof offsets);
-    layout->getattr_fields = 0;
+#else
+    (void)type;
+    (void)attributes;
+#endif
+    layout->call_fields = 0;
+    layout->slot_field_count = 0;
     layout->slot_count = 0;
     for (int i = 0; i < SF_COUNT; i++) {
-        if (offsets[i] == 0) {
-            layout->getattr_fields |= 1u << i;
+        FieldSource source = layout->access[i].source;
+        if (source != FIELD_SLOT && source != FIELD_ABSENT) {
+            layout->call_fields |= 1u << i;
         }
-        else if (i >= SF_SPAN_ID && i <= SF_EVENTS && prefetched_field(i)) {
-            layout->slot_offsets[layout->slot_count++] = offsets[i];
+        if (source != FIELD_SLOT || i < SF_SPAN_ID || i > SF_EVENTS) {
+            continue;
+        }
+        layout->slot_fields[layout->slot_field_count++] = (signed char)i;
+        if (prefetched_field(i)) {
+            layout->slot_offsets[layout->slot_count++] = layout->offset[i];
         }
     }
     layout->line_count = 0;
@@ -347,15 +485,100 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
             layout->line_offsets[layout->line_count++] = line;
         }
     }
-    layout->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
-    layout->version_tag = type->tp_version_tag;
+}
+
+/* Have the classes of the layout's descriptors and defaults stayed as they
+ * were?  (Their objects are held, but a class can gain or lose __get__.) */
+static inline int
+watched_unchanged(const SpanTypeLayout *layout)
+{
+    for (int k = 0; k < layout->watched_count; k++) {
+        if (layout->watched[k]->tp_version_tag != layout->watched_tag[k]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Note the classes of the layout's objects that can change.  0 when one of
+ * them has no version tag to watch (then the layout is never reused). */
+static int
+watch_object_types(SpanTypeLayout *layout)
+{
+    layout->watched_count = 0;
+    for (int i = 0; i < SF_COUNT; i++) {
+        PyObject *object = layout->access[i].object;
+        if (object == NULL || !(Py_TYPE(object)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+            continue; /* static types (property, int, str...) never change */
+        }
+        PyTypeObject *kind = Py_TYPE(object); /* kept alive by `object` */
+        if (kind->tp_version_tag == 0) {
+            return 0;
+        }
+        layout->watched[layout->watched_count] = kind;
+        layout->watched_tag[layout->watched_count++] = kind->tp_version_tag;
+    }
+    return 1;
+}
+
+/* The layout of `type`, from the cache or resolved now.  Resolving may run
+ * Python code (a key's __eq__ in a class __dict__, which could even switch
+ * the span's class and free `type`): the class is held, the accesses are
+ * computed first and installed in one step afterwards, and the caller copies
+ * what it needs before it runs any Python code itself. */
+static SpanTypeLayout *
+layout_for(SpanFieldReader *reader, PyTypeObject *type)
+{
+    for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
+        SpanTypeLayout *layout = &reader->layouts[i];
+        /* A changed class (e.g. a slot replaced by a property) gets a new
+         * version tag, and is resolved again. */
+        if (layout->type == type && layout->version_tag != 0 &&
+            layout->version_tag == type->tp_version_tag && watched_unchanged(layout)) {
+            reader->last_layout = i;
+            return layout;
+        }
+    }
+    Py_INCREF(type);
+    FieldAccess access[SF_COUNT];
+    Py_ssize_t offsets[SF_COUNT];
+    /* The first lookup gives the class a version tag; a change to the class
+     * while the others run (Python code) changes it, and this layout is then
+     * resolved again at the next span. */
+    classify_attribute(type, reader->attribute[0], &access[0], &offsets[0]);
+    unsigned int version_tag = type->tp_version_tag;
+    for (int i = 1; i < SF_COUNT; i++) {
+        classify_attribute(type, reader->attribute[i], &access[i], &offsets[i]);
+    }
+    SpanTypeLayout *layout = NULL;
+    for (int i = 0; i < SPAN_LAYOUT_CACHE && layout == NULL; i++) {
+        if (reader->layouts[i].type == type) {
+            layout = &reader->layouts[i];
+        }
+    }
+    if (layout == NULL) {
+        layout = &reader->layouts[reader->next_layout];
+        reader->next_layout = (reader->next_layout + 1) % SPAN_LAYOUT_CACHE;
+    }
+    /* Swap in the new entry, then release the old one's references: that
+     * may run finalizers, which find the cache consistent. */
+    SpanTypeLayout previous = *layout;
+    memcpy(layout->access, access, sizeof access);
+    memcpy(layout->offset, offsets, sizeof offsets);
+    layout_index(layout, type, reader->attribute);
+    layout->type = type; /* takes the reference held above */
+    int watchable = watch_object_types(layout);
+    layout->version_tag = watchable && version_tag == type->tp_version_tag ? version_tag : 0;
     reader->last_layout = (int)(layout - reader->layouts);
-    Py_XDECREF(previous);
+    /* Releasing the replaced entry's objects can run finalizers, which may
+     * use this reader and evict the entry just made: then make it again. */
+    layout_clear(&previous);
+    if (layout->type != type) {
+        return layout_for(reader, type);
+    }
     return layout;
 }
 
-/* getattr along a str or a tuple path; an AttributeError anywhere (or None
- * part-way along a path) means "absent". */
 /* Bit i set for every field i in [first, last]. */
 static inline uint32_t
 fields_mask(SpanField first, SpanField last)
@@ -363,33 +586,40 @@ fields_mask(SpanField first, SpanField last)
     return ((2u << last) - 1) & ~((1u << first) - 1);
 }
 
-static int
-get_attribute(PyObject *obj, PyObject *attribute, PyObject **value)
+/* The `fields` (FIELD_INSTANCE ones) of `span` read from its values array
+ * in place: borrowed, each the instance's own value, else the class default,
+ * else NULL.  0 when they cannot be read so (then read them generically). */
+static inline int
+read_instance_fields(SpanTypeLayout *layout, PyObject *span, uint32_t fields, PyObject **value)
 {
-    if (PyUnicode_Check(attribute)) {
-        *value = PyObject_GetAttr(obj, attribute);
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    const SpDictKeys *keys = layout->shared_keys;
+    Py_ssize_t capacity;
+    PyObject *const *values;
+    if (keys == NULL || (values = pyinstance_values(span, keys, &capacity)) == NULL) {
+        return 0;
     }
-    else {
-        PyObject *current = Py_NewRef(obj);
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(attribute) && current != NULL; i++) {
-            PyObject *next = current == Py_None
-                                 ? NULL
-                                 : PyObject_GetAttr(current, PyTuple_GET_ITEM(attribute, i));
-            if (current == Py_None) {
-                PyErr_SetNone(PyExc_AttributeError);
-            }
-            Py_DECREF(current);
-            current = next;
-        }
-        *value = current;
+    if (keys->dk_nentries != layout->shared_key_count) {
+        /* New names since the layout was made: find the fields not there
+         * then again at the next span (positions never move). */
+        layout->version_tag = 0;
+        return 0;
     }
-    if (*value == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            return -1;
-        }
-        PyErr_Clear();
+    while (fields != 0) {
+        int i = __builtin_ctz(fields);
+        fields &= fields - 1;
+        Py_ssize_t position = layout->position[i];
+        PyObject *own = position >= 0 && position < capacity ? values[position] : NULL;
+        value[i] = own != NULL ? own : layout->access[i].object;
     }
+    return 1;
+#else
+    (void)layout;
+    (void)span;
+    (void)fields;
+    (void)value;
     return 0;
+#endif
 }
 
 /* `value` (a new reference, or NULL) for `key` in `dict`, which no other
@@ -413,10 +643,10 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
     values->last = last;
     values->borrowed = 0;
     values->failed = -1;
+    for (int i = (int)first; i <= (int)last; i++) {
+        values->value[i] = NULL;
+    }
     if (PyDict_Check(span)) {
-        for (int i = (int)first; i <= (int)last; i++) {
-            values->value[i] = NULL;
-        }
         for (int i = (int)first; i <= (int)last; i++) {
             if (dict_get_ref(span, reader->dict_key[i], &values->value[i]) < 0) {
                 values->failed = i;
@@ -425,23 +655,47 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
         }
         return 0;
     }
-    /* Slots first, with no Python code in between (the layout cache may be
-     * changed by another thread as soon as Python code runs), then getattr. */
-    const SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
-    for (int i = (int)first; i <= (int)last; i++) {
-        Py_ssize_t offset = layout->offset[i];
-        values->value[i] = offset != 0 ? Py_XNewRef(*(PyObject **)((char *)span + offset)) : NULL;
+    /* A getter may switch the span's class (freeing it) or evict this layout
+     * from the cache: the class and the accesses still to be made are owned
+     * first, and the slots read before any Python code runs. */
+    PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
+    SpanTypeLayout *layout = layout_for(reader, type); /* describes `type` */
+    uint32_t pending = layout->call_fields & fields_mask(first, last);
+    uint32_t in_place = layout->instance_fields & pending;
+    if (in_place != 0 && read_instance_fields(layout, span, in_place, values->value)) {
+        for (int i = (int)first; i <= (int)last; i++) {
+            if (in_place & (1u << i)) {
+                Py_XINCREF(values->value[i]);
+            }
+        }
+        pending &= ~in_place;
     }
-    uint32_t pending = layout->getattr_fields & fields_mask(first, last);
-    while (pending != 0) {
-        int i = __builtin_ctz(pending);
-        pending &= pending - 1;
-        if (get_attribute(span, reader->attribute[i], &values->value[i]) < 0) {
-            values->failed = i;
-            goto error;
+    FieldAccess calls[SF_COUNT];
+    for (int i = (int)first; i <= (int)last; i++) {
+        if (pending & (1u << i)) {
+            calls[i] = layout->access[i];
+            Py_XINCREF(calls[i].object);
+        }
+        else if (layout->access[i].source == FIELD_SLOT) {
+            values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + layout->offset[i]));
         }
     }
-    return 0;
+    int result = 0;
+    for (int i = (int)first; i <= (int)last; i++) {
+        if (!(pending & (1u << i))) {
+            continue;
+        }
+        if (result == 0 &&
+            read_access(span, type, &calls[i], 0, reader->attribute[i], &values->value[i]) < 0) {
+            values->failed = i;
+            result = -1;
+        }
+        Py_XDECREF(calls[i].object);
+    }
+    Py_DECREF(type);
+    if (result == 0) {
+        return 0;
+    }
 error:
     for (int i = (int)first; i <= (int)last; i++) {
         Py_CLEAR(values->value[i]);
@@ -462,8 +716,9 @@ spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, Py
 
 /* Is `type` ddtrace's own Context class (whose dd_origin property returns
  * `_meta["_dd.origin"]`)?  A subclass or look-alike could override that
- * property, so anything else is asked through it.  The class's own dict is
- * read directly: no Python code runs. */
+ * property, so anything else is asked through it.  1, 0, or -1 with an
+ * error (looking `__module__` up in the class's own dict may compare keys,
+ * which runs Python code: the class and its dict are held across it). */
 static int
 is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
 {
@@ -474,13 +729,25 @@ is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
         type->tp_dict == NULL) {
         return 0;
     }
-    PyObject *module = PyDict_GetItemString(type->tp_dict, "__module__");
-    if (module == NULL || !PyUnicode_Check(module) ||
-        PyUnicode_CompareWithASCIIString(module, "ddtrace._trace.context") != 0) {
-        return 0;
+    int result = -1;
+    PyObject *module = NULL;
+    Py_INCREF(type);
+    PyObject *type_dict = Py_NewRef(type->tp_dict);
+    PyObject *module_key = PyUnicode_InternFromString("__module__");
+    if (module_key == NULL || dict_get_ref(type_dict, module_key, &module) < 0) {
+        goto done;
     }
-    reader->ddtrace_context_type = (PyTypeObject *)Py_NewRef((PyObject *)type);
-    return 1;
+    result = module != NULL && PyUnicode_Check(module) &&
+             PyUnicode_CompareWithASCIIString(module, "ddtrace._trace.context") == 0;
+    if (result && reader->ddtrace_context_type == NULL) {
+        reader->ddtrace_context_type = (PyTypeObject *)Py_NewRef((PyObject *)type);
+    }
+done:
+    Py_XDECREF(module);
+    Py_XDECREF(module_key);
+    Py_DECREF(type_dict);
+    Py_DECREF(type);
+    return result;
 }
 
 int
@@ -490,14 +757,15 @@ spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value
         return spanfields_read_one(reader, span, SF_ORIGIN, value);
     }
     PyObject *context, *meta = NULL;
-    if (get_attribute(span, reader->context_name, &context) < 0) {
+    if (spanfields_attribute(span, reader->context_name, &context) < 0) {
         return -1;
     }
-    if (context == NULL || !is_ddtrace_context(reader, Py_TYPE(context))) {
+    int ddtrace_context = context != NULL ? is_ddtrace_context(reader, Py_TYPE(context)) : 0;
+    if (ddtrace_context <= 0) {
         Py_XDECREF(context);
-        return spanfields_read_one(reader, span, SF_ORIGIN, value);
+        return ddtrace_context < 0 ? -1 : spanfields_read_one(reader, span, SF_ORIGIN, value);
     }
-    int result = get_attribute(context, reader->context_meta_name, &meta);
+    int result = spanfields_attribute(context, reader->context_meta_name, &meta);
     Py_DECREF(context);
     if (result < 0) {
         return -1;
@@ -511,10 +779,44 @@ spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value
     return result;
 }
 
+#ifdef SP_CHECK_BORROWED
+static int
+borrowed_values_guard(PyObject *arg, PyFrameObject *frame, int what, PyObject *call_arg)
+{
+    (void)arg;
+    (void)frame;
+    (void)call_arg;
+    if (what == PyTrace_CALL) {
+        Py_FatalError("spanpack: Python code ran while span values were held without "
+                      "references (own them first: see span_hold_values)");
+    }
+    return 0;
+}
+
+static void
+guard_begin(SpanValues *values)
+{
+    PyThreadState *thread = PyThreadState_Get();
+    values->saved_profile = thread->c_profilefunc;
+    values->saved_profile_arg = Py_XNewRef(thread->c_profileobj);
+    PyEval_SetProfile(borrowed_values_guard, NULL);
+}
+
+static void
+guard_end(SpanValues *values)
+{
+    PyEval_SetProfile(values->saved_profile, values->saved_profile_arg);
+    Py_CLEAR(values->saved_profile_arg);
+}
+#endif
+
 void
 spanvalues_release(SpanValues *values)
 {
     if (values->borrowed) {
+#ifdef SP_CHECK_BORROWED
+        guard_end(values);
+#endif
         return;
     }
     for (int i = (int)values->first; i <= (int)values->last; i++) {
@@ -530,6 +832,9 @@ mark_borrowed(SpanValues *values)
     values->last = SF_EVENTS;
     values->borrowed = 1;
     values->failed = -1;
+#ifdef SP_CHECK_BORROWED
+    guard_begin(values);
+#endif
 }
 
 /* A dict span's per-span fields straight from its entries, when every key is
@@ -575,13 +880,33 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
         }
     }
     else if (may_borrow) {
-        const SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
-        if ((layout->getattr_fields & span_fields) == 0) {
-            for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
-                values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
+        SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
+        /* Every field a slot, absent, or in the instance's values array:
+         * nothing to call.  (Resolving the layout ran Python code, which may
+         * have switched the span's class.) */
+        uint32_t instance_fields = layout->instance_fields & span_fields;
+        if ((layout->call_fields & ~instance_fields & span_fields) == 0 &&
+            layout->type == Py_TYPE(span)) {
+            if (layout->slot_field_count == SF_EVENTS - SF_SPAN_ID + 1) {
+                /* Every field a slot: one straight run of loads. */
+                for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+                    values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
+                }
+                mark_borrowed(values);
+                return 0;
             }
-            mark_borrowed(values);
-            return 0;
+            for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+                values->value[i] = NULL;
+            }
+            if (instance_fields == 0 ||
+                read_instance_fields(layout, span, instance_fields, values->value)) {
+                for (int k = 0; k < layout->slot_field_count; k++) {
+                    int field = layout->slot_fields[k];
+                    values->value[field] = *(PyObject **)((char *)span + layout->offset[field]);
+                }
+                mark_borrowed(values);
+                return 0;
+            }
         }
     }
 #else
@@ -600,6 +925,9 @@ spanvalues_own(SpanValues *values)
         Py_XINCREF(values->value[i]);
     }
     values->borrowed = 0;
+#ifdef SP_CHECK_BORROWED
+    guard_end(values);
+#endif
 }
 
 static void

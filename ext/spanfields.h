@@ -1,9 +1,12 @@
 /* Reading span fields straight from span objects.
  *
  * A span is a dict with the protocol's keys, or any object exposing the fields
- * as attributes (names configurable, e.g. ddtrace's `_meta`).  For classes
- * whose fields are __slots__, the slot offsets are resolved once per type and
- * read directly; anything else goes through getattr with interned names. */
+ * as attributes (names configurable, e.g. ddtrace's `_meta`).  For each class,
+ * where each field lives (a slot, the instance __dict__, a class attribute, a
+ * property, or nowhere) is resolved once, as Python's attribute lookup would
+ * resolve it, and each span is then read from there directly.  A field is
+ * absent only when the object has no such attribute: an error raised by a
+ * getter, AttributeError included, propagates. */
 #ifndef SPANPACK_SPANFIELDS_H
 #define SPANPACK_SPANFIELDS_H
 
@@ -35,12 +38,54 @@ extern const char *const span_field_names[SF_COUNT];
 #define SPAN_LAYOUT_CACHE 4
 #define SPAN_KEY_TABLE_SIZE 64 /* power of two, well above SF_COUNT */
 
+/* Where instances of a class keep a field, decided once per class (and again
+ * when the class changes), as Python's own attribute lookup would find it. */
+typedef enum {
+    FIELD_ABSENT,         /* no instance of the class can have it: costs nothing */
+    FIELD_SLOT,           /* a __slots__ member at `offset` (an empty slot: absent) */
+    FIELD_INSTANCE,       /* the instance __dict__, else a plain class attribute */
+    FIELD_CLASS_VALUE,    /* a plain class attribute, and no instance __dict__ */
+    FIELD_DESCRIPTOR,     /* a property or other descriptor: its getter is called */
+    FIELD_GETATTR_STRICT, /* getattr, every error propagates (a non-data
+                           * descriptor the instance __dict__ may shadow) */
+    FIELD_GETATTR,        /* getattr, AttributeError means absent: the class
+                           * customises attribute access, or a dotted path */
+} FieldSource;
+
+typedef struct {
+    FieldSource source;
+    /* FIELD_DESCRIPTOR: the descriptor; FIELD_CLASS_VALUE: the value (strong
+     * references); NULL otherwise. */
+    PyObject *object;
+} FieldAccess;
+
 typedef struct {
     PyTypeObject *type; /* strong reference; NULL when unused */
     unsigned int version_tag;
-    /* Byte offset of the field's slot in instances, or 0: use getattr. */
+    FieldAccess access[SF_COUNT];
+    /* The classes of the objects in `access` that can change (heap types:
+     * a descriptor class that loses __get__, a default's class that gains
+     * it) and their version tags when resolved: a change to any of them
+     * makes the layout stale, as a change to `type` itself does. */
+    PyTypeObject *watched[SF_COUNT];
+    unsigned int watched_tag[SF_COUNT];
+    int watched_count;
+    /* Byte offset of the field's slot in instances (FIELD_SLOT), else 0. */
     Py_ssize_t offset[SF_COUNT];
-    uint32_t getattr_fields; /* bit i set: field i is read with getattr */
+    /* Bit i set: field i is read by code that may run Python (anything but a
+     * slot or an absent field). */
+    uint32_t call_fields;
+    /* FIELD_INSTANCE fields, which can also be read in place (pyinstance.h):
+     * the class's shared keys (compared, never dereferenced unless they are
+     * still the class's), how many names they held when resolved, and each
+     * field's position there (-1: not there then). */
+    uint32_t instance_fields;
+    const void *shared_keys;
+    Py_ssize_t shared_key_count;
+    Py_ssize_t position[SF_COUNT];
+    /* The slot fields among the per-span ones, packed. */
+    signed char slot_fields[SF_COUNT];
+    int slot_field_count;
     /* The slot offsets of the per-span fields worth prefetching, packed for
      * spanfields_prefetch. */
     Py_ssize_t slot_offsets[SF_COUNT];
@@ -91,11 +136,23 @@ int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
  * while no Python code runs (it could reassign the slots and free the
  * values), so a writer calls spanvalues_own() before anything that may run
  * Python code. */
+/* Debug builds check the borrowed-values rule where CPython lets a profile
+ * function see every Python call (through 3.11; 3.12 moved profiling onto
+ * sys.monitoring, too costly to switch per span): while values are borrowed,
+ * any Python code that runs aborts the process with the rule's name. */
+#if !defined(NDEBUG) && PY_VERSION_HEX < 0x030C0000
+#define SP_CHECK_BORROWED 1
+#endif
+
 typedef struct {
     PyObject *value[SF_COUNT];
     SpanField first, last;
     int borrowed;
     int failed; /* after a failed read: the field whose lookup raised */
+#ifdef SP_CHECK_BORROWED
+    Py_tracefunc saved_profile; /* the thread's own, restored when owned */
+    PyObject *saved_profile_arg;
+#endif
 } SpanValues;
 
 /* Read fields [first, last] of `span`.  Returns 0, or -1 with an exception
@@ -105,8 +162,8 @@ int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, Sp
 void spanvalues_release(SpanValues *values);
 
 /* The per-span fields (SF_SPAN_ID..SF_EVENTS) of `span`, borrowed when
- * `may_borrow` and its class keeps them all in slots, else as spanfields_read
- * gives them. */
+ * `may_borrow` and its class keeps each of them in a slot or cannot have it,
+ * else as spanfields_read gives them. */
 int spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow,
                          SpanValues *values);
 
@@ -143,6 +200,11 @@ void spanfields_prefetch(const SpanFieldReader *reader, PyObject *span, SpanText
  * assuming it is of the class read last (a hint only: `span` itself is not
  * read, so this costs no wait even when it is far from the caches). */
 void spanfields_prefetch_object(const SpanFieldReader *reader, PyObject *span);
+
+/* One attribute of `obj` (a new reference in *value, NULL when the object
+ * has no such attribute), found as Python's attribute lookup finds it; an
+ * error raised by a getter, AttributeError included, propagates. */
+int spanfields_attribute(PyObject *obj, PyObject *name, PyObject **value);
 
 /* One field of `span` (a new reference in *value, NULL when absent). */
 int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, PyObject **value);

@@ -41,6 +41,7 @@ location_text(SpanWriter *w, const char *field, PyObject *key)
 int
 span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, const char *format, ...)
 {
+    span_hold_values(w);
     /* `key` may be borrowed from a dict that the repr of a value in the
      * message (Python code) empties or replaces: hold it until it is named. */
     Py_XINCREF(key);
@@ -63,6 +64,7 @@ span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, cons
 int
 span_reraise(SpanWriter *w, const char *field, PyObject *key)
 {
+    span_hold_values(w);
     PyObject *type = NULL;
     if (PyErr_ExceptionMatches(PyExc_UnicodeError)) {
         type = PyExc_ValueError;
@@ -73,6 +75,9 @@ span_reraise(SpanWriter *w, const char *field, PyObject *key)
     else if (PyErr_ExceptionMatches(PyExc_OverflowError) ||
              PyErr_ExceptionMatches(PyExc_ValueError)) {
         type = PyExc_ValueError;
+    }
+    else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        type = PyExc_AttributeError; /* raised by a span's getter */
     }
     if (type == NULL) {
         return -1;
@@ -156,6 +161,7 @@ truncated_bytes(const char *data)
 const char *
 span_utf8(SpanWriter *w, PyObject *str, const char *field, PyObject *key, Py_ssize_t *size)
 {
+    span_hold_values(w); /* the encoding error is an exception object */
     Py_XINCREF(key);
     const char *utf8 = PyUnicode_AsUTF8AndSize(str, size);
     if (utf8 == NULL) {
@@ -171,6 +177,7 @@ static int text_prepare_held(SpanWriter *w, PyObject *value, const char *field, 
 int
 text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *key, PreparedText *text)
 {
+    span_hold_values(w); /* str subclasses, truncation, decoding: all may fail */
     Py_XINCREF(key);
     int result = text_prepare_held(w, value, field, key, text);
     Py_XDECREF(key);
@@ -249,6 +256,87 @@ raise_bad_tag_key(SpanWriter *w, const char *field, PyObject *key)
                       Py_TYPE(key)->tp_name);
 }
 
+/* A key that may be cut (or equal a cut key): its text as written, a str. */
+static PyObject *
+key_as_written(SpanWriter *w, const char *field, PyObject *key)
+{
+    PreparedText text;
+    int prepared = text_prepare(w, key, field, key, &text);
+    if (prepared <= 0) {
+        return NULL; /* keys are text: never None */
+    }
+    PyObject *written = PyUnicode_DecodeUTF8(text.utf8, text.size, "strict");
+    Py_DECREF(text.object);
+    return written;
+}
+
+void
+cut_keys_clear(SpanWriter *w)
+{
+    for (Py_ssize_t i = 0; i < w->cut_key_count; i++) {
+        Py_DECREF(w->cut_keys[i]); /* exact str: no finalizer */
+    }
+    w->cut_key_count = 0;
+}
+
+/* Is `written` one of the cut keys kept?  Exact str compared: no code runs. */
+static int
+cut_key_seen(const SpanWriter *w, PyObject *written)
+{
+    for (Py_ssize_t i = 0; i < w->cut_key_count; i++) {
+        if (PyUnicode_Compare(w->cut_keys[i], written) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key)
+{
+    if (PyUnicode_Check(key) && PyUnicode_GET_LENGTH(key) != CUT_TEXT_LEN &&
+        PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN) {
+        return 0; /* written whole, and of another length than any cut str */
+    }
+    /* Only str are made here (never tracked by the garbage collector), so
+     * an in-place read of the map's entries stays valid. */
+    PyObject *written = key_as_written(w, field, key);
+    if (written == NULL) {
+        return -1;
+    }
+    if (w->cut_keys_field != field || w->cut_keys_span != w->span_index) {
+        cut_keys_clear(w); /* another map */
+        w->cut_keys_field = field;
+        w->cut_keys_span = w->span_index;
+    }
+    if (cut_key_seen(w, written)) {
+        PyObject *start = PyUnicode_Substring(written, 0, 20);
+        if (start != NULL) {
+            span_error(w, PyExc_ValueError, field, NULL,
+                       "two keys are written as the same %zd-character text starting %R (keys "
+                       "longer than %d characters are cut); only the first is written",
+                       PyUnicode_GET_LENGTH(written), start, MAX_TEXT_LEN);
+            Py_DECREF(start);
+        }
+        Py_DECREF(written);
+        return -1;
+    }
+    if (w->cut_key_count == w->cut_key_capacity) {
+        Py_ssize_t capacity = w->cut_key_capacity ? 2 * w->cut_key_capacity : 4;
+        PyObject **grown = PyMem_Realloc(w->cut_keys, (size_t)capacity * sizeof(PyObject *));
+        if (grown == NULL) {
+            Py_DECREF(written);
+            span_hold_values(w);
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->cut_keys = grown;
+        w->cut_key_capacity = capacity;
+    }
+    w->cut_keys[w->cut_key_count++] = written;
+    return 0;
+}
+
 int
 raise_bad_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
 {
@@ -307,7 +395,7 @@ static int
 read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
 {
     if (value == NULL) {
-        return span_error(w, PyExc_TypeError, "trace_id", NULL, "missing");
+        return raise_missing_field(w, SF_TRACE_ID);
     }
     if (!PyLong_Check(value)) {
         return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
@@ -491,10 +579,8 @@ check_trace(SpanWriter *w, PyObject *trace)
 int
 map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 {
-    if (count > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "trace %zd, span %zd: map too large", w->trace_index,
-                     w->span_index);
-        return -1;
+    if (mp_check_length(count, "map") < 0) {
+        return span_reraise(w, "map", NULL);
     }
     *header_pos = outbuf_len(w->out);
     if (outbuf_reserve(w->out, 5) < 0) {
@@ -547,6 +633,7 @@ is_data_error(void)
 static int
 raise_dict_changed(SpanWriter *w, const char *field)
 {
+    span_hold_values(w);
     PyErr_Format(PyExc_RuntimeError, "trace %zd, span %zd, %s: dict changed during encoding",
                  w->trace_index, w->span_index, field);
     return -1;
@@ -650,6 +737,29 @@ raise_not_dict(SpanWriter *w, PyObject *value, const char *field)
 #define SPAN_OBJECT_PREFETCH_DISTANCE 4
 #define SPAN_VALUES_PREFETCH_DISTANCE 2
 
+/* Values that are never spans (a span is a dict, or an object whose
+ * attributes are the fields): a trace nested one level too deep, or a
+ * placeholder, would otherwise be reported as lacking trace_id.  Asked only
+ * once a required field is found missing. */
+static inline int
+is_not_span(PyObject *span)
+{
+    const unsigned long builtin_kinds = Py_TPFLAGS_LONG_SUBCLASS | Py_TPFLAGS_LIST_SUBCLASS |
+                                        Py_TPFLAGS_TUPLE_SUBCLASS | Py_TPFLAGS_BYTES_SUBCLASS |
+                                        Py_TPFLAGS_UNICODE_SUBCLASS;
+    return span == Py_None || (Py_TYPE(span)->tp_flags & builtin_kinds) != 0 ||
+           PyFloat_Check(span) || PyByteArray_Check(span) || PyAnySet_Check(span);
+}
+
+static SP_NOINLINE int
+raise_not_span(SpanWriter *w, PyObject *span)
+{
+    span_hold_values(w);
+    PyErr_Format(PyExc_TypeError, "trace %zd, span %zd: expected a span object or dict, not %.200s",
+                 w->trace_index, w->span_index, Py_TYPE(span)->tp_name);
+    return -1;
+}
+
 int
 write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span)
 {
@@ -657,19 +767,18 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
         return -1;
     }
     Py_ssize_t count = Py_SIZE(trace);
-    if (count > MP_ITEM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "trace %zd: too many spans", w->trace_index);
-        return -1;
-    }
-    if (mp_write_array_header(w->out, (uint32_t)count) < 0) {
-        return -1;
+    if (mp_write_array_header(w->out, count) < 0) {
+        return span_reraise(w, "spans", NULL);
     }
     if (count == 0) {
         return 0;
     }
     TraceInfo info;
     PyObject *first = Py_NewRef(PySequence_Fast_GET_ITEM(trace, 0));
+    w->span_index = 0;
+    w->span = first;
     int result = trace_info_read(w, first, &info);
+    w->span = NULL;
     Py_DECREF(first);
     if (result < 0) {
         return -1;
@@ -707,16 +816,26 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
             }
         }
         PyObject *span = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
+        w->span = span;
         result = write_span(w, span, &info);
+        w->span = NULL;
         Py_DECREF(span);
     }
     trace_info_release(&info);
+    cut_keys_clear(w);
+    PyMem_Free(w->cut_keys);
+    w->cut_keys = NULL;
+    w->cut_key_capacity = 0;
     return result;
 }
 
 int
 raise_missing_field(SpanWriter *w, int field)
 {
+    /* An item that is no span at all lacks every field: say what it is. */
+    if (w->span != NULL && is_not_span(w->span)) {
+        return raise_not_span(w, w->span);
+    }
     return span_error(w, PyExc_TypeError, span_field_names[field], NULL,
                       "missing (no attribute or key %R)", w->reader->attribute[field]);
 }

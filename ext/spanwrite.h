@@ -16,6 +16,9 @@
 #define MAX_TEXT_LEN 25000
 #define TRUNCATED_PREFIX_LEN 2486
 #define TRUNCATION_SUFFIX "<truncated>..."
+/* The length of a cut str: every str longer than MAX_TEXT_LEN becomes one of
+ * this many characters. */
+#define CUT_TEXT_LEN (TRUNCATED_PREFIX_LEN + (Py_ssize_t)sizeof(TRUNCATION_SUFFIX) - 1)
 
 #define ORIGIN_KEY "_dd.origin"
 #define TRACE_ID_HIGH_KEY "_dd.p.tid"
@@ -69,7 +72,35 @@ typedef struct {
     StringTable *strings;
     strtable_encode_fn encode_string;
     HoleList *holes;
+    /* The span being written (held by the caller), and its fields while
+     * they are (or may be) borrowed: every path that can run Python code
+     * owns them first. */
+    PyObject *span;
+    SpanValues *values;
+    /* The tag keys of one map that are (or look like) cut text, as written
+     * (exact str, owned), to refuse a second key that cuts to the same text
+     * (a decoder would keep one value and lose the other).  A plain array,
+     * not a Python set: the map's entries may be being read in place, where
+     * allocating a container could start a garbage collection (Python
+     * code).  For the map of `cut_keys_field` in span `cut_keys_span`. */
+    PyObject **cut_keys;
+    Py_ssize_t cut_key_count;
+    Py_ssize_t cut_key_capacity;
+    const char *cut_keys_field;
+    Py_ssize_t cut_keys_span;
 } SpanWriter;
+
+/* Own the current span's values if they are borrowed.  Called before
+ * anything that can run Python code: formatting or creating an exception
+ * (a garbage collection and its finalizers, pending signal handlers),
+ * encoding that can fail, calls into Python. */
+static inline void
+span_hold_values(SpanWriter *w)
+{
+    if (w->values != NULL) {
+        spanvalues_own(w->values);
+    }
+}
 
 /* Trace-level values read from the trace's first span. */
 typedef struct {
@@ -117,12 +148,20 @@ is_text(PyObject *value)
 
 int raise_bad_tag_key(SpanWriter *w, const char *field, PyObject *key);
 int raise_bad_meta_value(SpanWriter *w, PyObject *key, PyObject *value);
+int check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key);
+void cut_keys_clear(SpanWriter *w);
 
-/* TypeError unless a tag key (meta, metrics, meta_struct) is text. */
+/* TypeError unless a tag key (meta, metrics, meta_struct) is text;
+ * ValueError for a key that is cut to the same text as an earlier key of
+ * its map (only keys of at least about CUT_TEXT_LEN units can be). */
 static inline int
 check_tag_key(SpanWriter *w, const char *field, PyObject *key)
 {
-    return SP_LIKELY(is_text(key)) ? 0 : raise_bad_tag_key(w, field, key);
+    if (SP_UNLIKELY(!is_text(key))) {
+        return raise_bad_tag_key(w, field, key);
+    }
+    Py_ssize_t length = PyUnicode_Check(key) ? PyUnicode_GET_LENGTH(key) : Py_SIZE(key);
+    return SP_LIKELY(length < CUT_TEXT_LEN - 3) ? 0 : check_cut_key_unique(w, field, key);
 }
 
 /* TypeError unless a meta value is text. */
@@ -348,10 +387,19 @@ span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValue
     if (spanfields_read_span(w->reader, span, !w->lenient, v) < 0) {
         return -1;
     }
+    w->values = v;
     if (v->borrowed && span_may_run_python(w, v, info)) {
         spanvalues_own(v);
     }
     return 0;
+}
+
+/* The end of a span read with span_values_read. */
+static inline void
+span_values_release(SpanWriter *w, SpanValues *v)
+{
+    w->values = NULL;
+    spanvalues_release(v);
 }
 
 int raise_missing_field(SpanWriter *w, int field);

@@ -186,7 +186,7 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->max_item_size = DEFAULT_MAX_SIZE;
     self->sealed = PyList_New(0);
     if (self->sealed == NULL || spanfields_init(&self->reader, Py_None) < 0 ||
-        payload_init(&self->current, state, 4, 4096, PAYLOAD_PREFIX_RESERVE) < 0 ||
+        payload_init(&self->current, state, 4, 4096, 0) < 0 ||
         part_init(&self->scratch, state, 4) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -255,7 +255,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     }
     PayloadBuilder current;
     EncodedPart scratch;
-    if (payload_init(&current, self->state, version_number, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+    if (payload_init(&current, self->state, version_number, 4096, 0) < 0) {
         spanfields_clear(&reader);
         return -1;
     }
@@ -340,6 +340,24 @@ trace_encoder_dealloc(TraceEncoderObject *self)
 /* ---------------------------------------------------------------------------
  * One-shot encoding */
 
+/* A v0.4 payload of a known trace count is written behind room for its
+ * header and handed out without a copy, unless it is likely to outgrow its
+ * first buffer (its predecessor reached the size hint's cap): a bytes object
+ * that must grow is copied to heap memory and then once more when finished,
+ * heap memory is remapped as it grows and copied once.  v0.5 puts its string
+ * table in front and so is always copied behind it (see payload_init). */
+static Py_ssize_t
+one_shot_header_room(const TraceEncoderObject *self, Py_ssize_t trace_count)
+{
+    if (self->version == 5 || self->size_hint >= MAX_SIZE_HINT) {
+        return 0;
+    }
+    if (self->version == V10_VERSION) {
+        return v10_prefix_size(self->preamble, trace_count);
+    }
+    return array_header_size(trace_count);
+}
+
 static PyObject *
 trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
 {
@@ -359,7 +377,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     /* Start at the size of this encoder's previous payload: similar calls
      * then never grow the buffer. */
     Py_ssize_t capacity = self->size_hint > 0 ? self->size_hint : 16 * 1024;
-    if (encoder_payload_init(self, &payload, capacity, array_header_size(count)) < 0) {
+    if (encoder_payload_init(self, &payload, capacity, one_shot_header_room(self, count)) < 0) {
         Py_DECREF(items);
         return NULL;
     }
@@ -441,10 +459,17 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
             Py_DECREF(items);
             return NULL;
         }
-        total += outbuf_len(&((EncodedTraceObject *)item)->part.body);
+        /* A large part listed many times could overflow the sum. */
+        Py_ssize_t part_len = outbuf_len(&((EncodedTraceObject *)item)->part.body);
+        if (part_len > PY_SSIZE_T_MAX - 64 - total) {
+            Py_DECREF(items);
+            return PyErr_NoMemory();
+        }
+        total += part_len;
     }
+    total += 64;
     PayloadBuilder payload;
-    if (encoder_payload_init(self, &payload, total + 64, array_header_size(count)) < 0) {
+    if (encoder_payload_init(self, &payload, total, one_shot_header_room(self, count)) < 0) {
         Py_DECREF(items);
         return NULL;
     }
@@ -476,48 +501,76 @@ buffered_size(TraceEncoderObject *self)
     return self->sealed_size + payload_size(&self->current);
 }
 
+/* BufferFull / BufferItemTooLarge: args stays (the trace's encoded size,),
+ * which callers read; the limit's name and value are attributes, and str()
+ * gives the message built here (see limit_error_str). */
 static PyObject *
-raise_limit(PyObject *exception, Py_ssize_t size)
+raise_limit(PyObject *exception, Py_ssize_t size, const char *limit_name, Py_ssize_t limit,
+            PyObject *message /* stolen */)
 {
-    PyObject *value = PyLong_FromSsize_t(size);
-    if (value != NULL) {
-        PyErr_SetObject(exception, value);
-        Py_DECREF(value);
+    PyObject *error = message != NULL ? PyObject_CallFunction(exception, "n", size) : NULL;
+    PyObject *name = error != NULL ? PyUnicode_FromString(limit_name) : NULL;
+    PyObject *value = name != NULL ? PyLong_FromSsize_t(limit) : NULL;
+    if (value != NULL && PyObject_SetAttrString(error, "limit_name", name) == 0 &&
+        PyObject_SetAttrString(error, "limit", value) == 0 &&
+        PyObject_SetAttrString(error, "_message", message) == 0) {
+        PyErr_SetObject(exception, error);
     }
+    Py_XDECREF(value);
+    Py_XDECREF(name);
+    Py_XDECREF(error);
+    Py_XDECREF(message);
     return NULL;
 }
 
-/* Finish the current payload into the sealed list and continue with `next`
- * (which the encoder then owns). */
+/* Finish the current payload into the sealed list and continue with `next`,
+ * which the encoder then owns (on failure `next` is freed and the encoder is
+ * unchanged: the current payload is only dropped once its entry is listed). */
 static int
 seal_current(TraceEncoderObject *self, PayloadBuilder *next)
 {
+    PyObject *bytes = NULL, *count_object = NULL;
+    /* Allocated first: a GC-tracked allocation may run finalizers (Python
+     * code that can put() into this encoder) before anything is read. */
+    PyObject *entry = PyTuple_New(2);
+    if (entry == NULL) {
+        goto error;
+    }
     Py_ssize_t size = payload_size(&self->current);
     Py_ssize_t count = self->current.trace_count;
-    PyObject *bytes = payload_finish(&self->current);
-    self->current = *next;
-    if (bytes == NULL) {
-        return -1;
+    count_object = PyLong_FromSsize_t(count);
+    if (count_object == NULL) {
+        goto error;
     }
-    PyObject *count_object = PyLong_FromSsize_t(count);
-    PyObject *entry = count_object != NULL ? PyTuple_Pack(2, bytes, count_object) : NULL;
-    Py_DECREF(bytes);
-    Py_XDECREF(count_object);
-    if (entry == NULL || PyList_Append(self->sealed, entry) < 0) {
-        Py_XDECREF(entry);
-        return -1;
+    bytes = payload_finish(&self->current);
+    if (bytes == NULL) {
+        goto error;
+    }
+    PyTuple_SET_ITEM(entry, 0, bytes);
+    PyTuple_SET_ITEM(entry, 1, count_object);
+    bytes = count_object = NULL;
+    if (PyList_Append(self->sealed, entry) < 0) {
+        goto error;
     }
     Py_DECREF(entry);
+    payload_free(&self->current);
+    self->current = *next;
     self->sealed_size += size;
     self->sealed_traces += count;
     return 0;
+error:
+    Py_XDECREF(entry);
+    Py_XDECREF(count_object);
+    Py_XDECREF(bytes);
+    payload_free(next);
+    return -1;
 }
 
 static int
 seal_current_and_start_new(TraceEncoderObject *self)
 {
     PayloadBuilder fresh;
-    if (encoder_payload_init(self, &fresh, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+    if (encoder_payload_init(self, &fresh, 4096, 0) < 0) {
         return -1;
     }
     return seal_current(self, &fresh);
@@ -543,7 +596,7 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
     PayloadBuilder next;
     if (split) {
         payload_rollback(&self->current, mark);
-        if (encoder_payload_init(self, &next, 4096, PAYLOAD_PREFIX_RESERVE) < 0) {
+        if (encoder_payload_init(self, &next, 4096, 0) < 0) {
             return NULL;
         }
         if (payload_append(&next, part) < 0) {
@@ -562,9 +615,24 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
         else {
             payload_rollback(&self->current, mark);
         }
-        return raise_limit(too_large ? self->state->buffer_item_too_large_error
-                                     : self->state->buffer_full_error,
-                           growth);
+        if (growth > self->max_item_size) {
+            return raise_limit(self->state->buffer_item_too_large_error, growth, "max_item_size",
+                               self->max_item_size,
+                               PyUnicode_FromFormat("trace of %zd bytes is over max_item_size=%zd",
+                                                    growth, self->max_item_size));
+        }
+        if (too_large) {
+            return raise_limit(
+                self->state->buffer_item_too_large_error, growth, "max_payload_size",
+                self->max_payload_size,
+                PyUnicode_FromFormat("trace of %zd bytes makes a payload of %zd bytes "
+                                     "on its own, over max_payload_size=%zd",
+                                     growth, payload_after, self->max_payload_size));
+        }
+        return raise_limit(self->state->buffer_full_error, growth, "max_size", self->max_size,
+                           PyUnicode_FromFormat("trace of %zd bytes does not fit: %zd bytes "
+                                                "buffered, max_size=%zd",
+                                                growth, size_before, self->max_size));
     }
     if (split && seal_current(self, &next) < 0) {
         return NULL;
@@ -649,6 +717,16 @@ trace_encoder_get_size(TraceEncoderObject *self, void *Py_UNUSED(closure))
     return PyLong_FromSsize_t(size);
 }
 
+/* None when payloads are not split, as the constructor takes it. */
+static PyObject *
+trace_encoder_get_max_payload_size(TraceEncoderObject *self, void *Py_UNUSED(closure))
+{
+    if (self->max_payload_size == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromSsize_t(self->max_payload_size);
+}
+
 static PyObject *
 trace_encoder_get_version(TraceEncoderObject *self, void *Py_UNUSED(closure))
 {
@@ -667,8 +745,6 @@ static PyMemberDef trace_encoder_members[] = {
      "Most bytes the buffer holds (BufferFull beyond)."},
     {"max_item_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_item_size), READONLY,
      "Most bytes one trace may add (BufferItemTooLarge beyond)."},
-    {"max_payload_size", T_PYSSIZET, offsetof(TraceEncoderObject, max_payload_size), READONLY,
-     "Most bytes per payload returned by encode(); 0 means no splitting."},
     {"dropped_tags", T_PYSSIZET, offsetof(TraceEncoderObject, dropped_tags), READONLY,
      "Meta/metrics entries dropped in lenient mode."},
     {NULL, 0, 0, 0, NULL},
@@ -678,29 +754,37 @@ static PyGetSetDef trace_encoder_getset[] = {
     {"size", (getter)trace_encoder_get_size, NULL,
      "Exact byte length of the payloads encode() would return now.", NULL},
     {"version", (getter)trace_encoder_get_version, NULL, "\"v0.4\" or \"v0.5\".", NULL},
+    {"max_payload_size", (getter)trace_encoder_get_max_payload_size, NULL,
+     "Most bytes per payload returned by encode() (BufferItemTooLarge for a trace that "
+     "alone would exceed it); None: no limit, one payload.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyMethodDef trace_encoder_methods[] = {
     {"encode_traces", (PyCFunction)trace_encoder_encode_traces, METH_O,
-     "encode_traces(traces) -> bytes: one payload from a list of traces."},
+     "encode_traces($self, traces, /)\n--\n\nOne payload (bytes) from a list of traces."},
     {"encode_trace", (PyCFunction)trace_encoder_encode_trace, METH_O,
-     "encode_trace(trace) -> EncodedTrace, for join_encoded()."},
+     "encode_trace($self, trace, /)\n--\n\nOne trace encoded now (an EncodedTrace), for "
+     "join_encoded()."},
     {"join_encoded", (PyCFunction)trace_encoder_join_encoded, METH_O,
-     "join_encoded(encoded_traces) -> bytes: one payload from encode_trace() results."},
+     "join_encoded($self, encoded_traces, /)\n--\n\nOne payload (bytes) from encode_trace() "
+     "results."},
     {"put", (PyCFunction)trace_encoder_put, METH_O,
-     "put(trace): encode a trace into the buffer (all or nothing)."},
+     "put($self, trace, /)\n--\n\nEncode a trace into the buffer (all or nothing)."},
     {"encode", (PyCFunction)trace_encoder_encode, METH_NOARGS,
-     "encode() -> list of (payload, trace_count); empties the buffer."},
+     "encode($self, /)\n--\n\nThe buffered traces as a list of (payload, trace_count); empties "
+     "the buffer."},
     {"_intern_stats", (PyCFunction)trace_encoder_intern_stats, METH_NOARGS,
-     "Counters of the v0.4 string cache."},
+     "_intern_stats($self, /)\n--\n\nCounters of the v0.4 string cache."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyType_Slot trace_encoder_slots[] = {
-    {Py_tp_doc, "TraceEncoder(version=\"v0.4\", fields=None, *, max_size=20 MiB, "
+    {Py_tp_doc, "TraceEncoder(version='v0.4', fields=None, *, max_size=None, "
                 "max_item_size=None, max_payload_size=None, lenient=False, intern=True, "
-                "native_span_events=False)\n\nC core of spanpack.TraceMsgPackEncoder."},
+                "native_span_events=False)\n--\n\nC core of spanpack.TraceMsgPackEncoder "
+                "(max_size None: 20 MiB; max_item_size None: max_size)."},
     {Py_tp_new, trace_encoder_new},
     {Py_tp_init, trace_encoder_init},
     {Py_tp_dealloc, trace_encoder_dealloc},
@@ -779,19 +863,54 @@ static PyType_Spec encoded_trace_spec = {
     .slots = encoded_trace_slots,
 };
 
+/* __str__ of the limit errors: the message raise_limit() stored, or the
+ * plain exception text for an instance made elsewhere (BufferFull(5)). */
+static PyObject *
+limit_error_str(PyObject *Py_UNUSED(module), PyObject *error)
+{
+    PyObject *message = PyObject_GetAttrString(error, "_message");
+    if (message != NULL && PyUnicode_Check(message)) {
+        return message;
+    }
+    Py_XDECREF(message);
+    if (message == NULL && !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return NULL;
+    }
+    PyErr_Clear();
+    return ((PyTypeObject *)PyExc_BaseException)->tp_str(error);
+}
+
+static PyMethodDef limit_error_str_def = {"__str__", (PyCFunction)limit_error_str, METH_O, NULL};
+
+static PyObject *
+new_limit_error(const char *name, const char *doc)
+{
+    PyObject *function = PyCFunction_New(&limit_error_str_def, NULL);
+    /* An instancemethod binds like a Python function, so str(error) calls
+     * limit_error_str(error). */
+    PyObject *method = function != NULL ? PyInstanceMethod_New(function) : NULL;
+    PyObject *dict = method != NULL ? PyDict_New() : NULL;
+    PyObject *type = NULL;
+    if (dict != NULL && PyDict_SetItemString(dict, "__str__", method) == 0) {
+        type = PyErr_NewExceptionWithDoc(name, doc, NULL, dict);
+    }
+    Py_XDECREF(dict);
+    Py_XDECREF(method);
+    Py_XDECREF(function);
+    return type;
+}
+
 int
 trace_encoder_module_init(PyObject *module, SpanpackState *state)
 {
-    state->buffer_full_error =
-        PyErr_NewExceptionWithDoc("spanpack.BufferFull",
-                                  "put() would take the buffer beyond max_size; args[0] is the "
-                                  "rejected trace's encoded size.",
-                                  NULL, NULL);
-    state->buffer_item_too_large_error =
-        PyErr_NewExceptionWithDoc("spanpack.BufferItemTooLarge",
-                                  "One trace is larger than max_item_size (or "
-                                  "max_payload_size); args[0] is its encoded size.",
-                                  NULL, NULL);
+    state->buffer_full_error = new_limit_error(
+        "spanpack.BufferFull",
+        "put() would take the buffer beyond max_size; args[0] is the rejected "
+        "trace's encoded size; limit_name and limit say which limit it hit and its value.");
+    state->buffer_item_too_large_error = new_limit_error(
+        "spanpack.BufferItemTooLarge",
+        "One trace is larger than max_item_size (or max_payload_size); args[0] "
+        "is its encoded size; limit_name and limit say which limit it hit and its value.");
     if (state->buffer_full_error == NULL || state->buffer_item_too_large_error == NULL ||
         PyModule_AddObjectRef(module, "BufferFull", state->buffer_full_error) < 0 ||
         PyModule_AddObjectRef(module, "BufferItemTooLarge", state->buffer_item_too_large_error) <

@@ -30,9 +30,9 @@ int v10_check_preamble(PyObject *preamble);
  * the preamble's strings into its table. */
 int v10_payload_start(PayloadBuilder *payload, PyObject *preamble);
 
-/* Bytes in front of the chunks: map header, preamble, chunks key and array
- * header. */
-Py_ssize_t v10_prefix_size(const PayloadBuilder *payload);
+/* Bytes in front of `trace_count` chunks: map header, preamble (may be
+ * NULL), chunks key and array header. */
+Py_ssize_t v10_prefix_size(PyObject *preamble, Py_ssize_t trace_count);
 void v10_put_prefix(const PayloadBuilder *payload, OutBuf *head);
 
 /* Append an encoded part, resolving its holes against the payload's stream.

@@ -155,6 +155,8 @@ class DDTestAgent:
         self.workdir = workdir
         self.log_path = log_path
         self.session_token: Optional[str] = None
+        #: The agent's Unix socket for traces (None for an agent not started here).
+        self.uds_path: Optional[str] = None
         self._stopped = proc is None
 
     # -- HTTP --------------------------------------------------------------
@@ -348,6 +350,9 @@ def start_agent(attempts: int = 3) -> DDTestAgent:
         log_path = os.path.join(workdir, "agent.log")
         args = cmd + ["--host", HOST, "--port", str(port)]
         args += ["--otlp-http-port", str(otlp_http), "--otlp-grpc-port", str(otlp_grpc)]
+        # The same agent also takes traces on a Unix socket (AgentWriter's unix:// tests).
+        uds_path = os.path.join(workdir, "apm.sock")
+        args += ["--trace-uds-socket", uds_path]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 args,
@@ -360,6 +365,7 @@ def start_agent(attempts: int = 3) -> DDTestAgent:
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         agent = DDTestAgent("http://%s:%d" % (HOST, port), proc, workdir, log_path)
+        agent.uds_path = uds_path
         atexit.register(agent.stop)
         try:
             _wait_until_ready(agent, time.monotonic() + STARTUP_TIMEOUT)

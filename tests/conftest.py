@@ -8,6 +8,13 @@ another's traces.
 When the agent cannot be started, tests that use it are skipped on a
 developer's machine but fail (with the reason and the agent's log) when the CI
 environment variable is set, so CI can never pass without having talked to it.
+
+With CI set, hypothesis runs the "ci" profile: the same examples on every run
+(derandomized, no example database, so nothing one run found changes the
+next), each test's own max_examples, and no deadline (a loaded machine makes
+any per-example time limit a chance failure).  A failure prints the blob that
+reproduces it (@reproduce_failure).  Without CI, hypothesis keeps its defaults:
+random examples, and failures saved in .hypothesis/ and replayed first.
 """
 
 import os
@@ -16,20 +23,31 @@ import uuid
 
 import msgpack
 import pytest
+from hypothesis import settings
 
 # The Packer is held to msgpack-python 1.2's behaviour (nesting limit,
 # float32 overflow, header checks); older msgpack (all Python 3.9 can
 # install) is no reference for it, so those modules are not collected there.
 collect_ignore_glob = ["test_packer_*.py"] if msgpack.version < (1, 2) else []
 
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+# Loaded here, before the test modules are imported: their @settings(...) take
+# every value they do not set from it.  Each test sets its own max_examples;
+# one that does not gets 100, fixed here so hypothesis' default cannot move it.
+settings.register_profile(
+    "ci", derandomize=True, database=None, deadline=None, print_blob=True, max_examples=100
+)
+if _in_ci():
+    settings.load_profile("ci")
+
 try:  # tests/ is imported as a package
     from .agent import AgentUnavailable, start_agent
 except ImportError:  # tests/ is on sys.path (pytest's default rootdir-relative import)
     from agent import AgentUnavailable, start_agent
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 @pytest.fixture(scope="session", name="test_agent")

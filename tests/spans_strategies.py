@@ -25,8 +25,16 @@ import spanpack
 U64 = (1 << 64) - 1
 I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
-# Big enough that neither encoder ever rejects a generated trace for size.
+# ddtrace's reference encoder gets one fixed buffer and item limit for every
+# example: 64 MiB.  The largest span these strategies build encodes to about
+# 4.6 MB in v0.4 (largest_generated_span() below), and the tests that feed
+# ddtrace draw at most 3 traces of 3 spans, about 42 MB;
+# test_spans_ddtrace.py::test_reference_buffer_holds_the_largest_example
+# checks that bound against the strategies' own limits.
 BIG = 1 << 26
+MAX_SPANS_PER_EXAMPLE = 9
+# spanpack's own default buffer limit (TraceMsgPackEncoder(max_size=None)).
+DEFAULT_MAX_SIZE = 20 << 20
 
 VERSIONS = ("v0.4", "v0.5")
 
@@ -117,7 +125,13 @@ def spanpack_paths(
     encoder = spanpack.TraceMsgPackEncoder(version, fields, **options)
     results["encode_traces"] = encoder.encode_traces([list(t) for t in traces])
 
-    encoder = spanpack.TraceMsgPackEncoder(version, fields, **options)
+    # The buffer holds exactly the one-shot payload's bytes (checked below),
+    # which for generated traces can be far beyond the default 20 MiB limit
+    # (9 spans of up to 4.6 MB each in v0.4); the limit is sized for the
+    # example so the buffered path is never refused for size.
+    buffered_options = dict(options)
+    buffered_options.setdefault("max_size", max(DEFAULT_MAX_SIZE, len(results["encode_traces"])))
+    encoder = spanpack.TraceMsgPackEncoder(version, fields, **buffered_options)
     for trace in traces:
         encoder.put(list(trace))
     assert len(encoder) == len(traces)
@@ -186,13 +200,15 @@ medium_text = st.builds(
 )
 # Around the 25,000 code-point truncation limit.
 LONG_LENGTHS = (24999, 25000, 25001, 30000)
+TRUNCATION_LIMIT = 25000
 
 
 def _long(prefix: str, char: str, n: int) -> str:
     return (prefix + char * n)[:n]
 
 
-_long_chars = st.sampled_from(["x", "\u00e9", "\u4e2d", "\U0001F600"])
+LONG_CHARS = ("x", "\u00e9", "\u4e2d", "\U0001F600")
+_long_chars = st.sampled_from(LONG_CHARS)
 long_text = st.builds(_long, short_text, _long_chars, st.sampled_from(LONG_LENGTHS))
 text = st.one_of(short_text, short_text, short_text, medium_text, long_text)
 maybe_text = st.one_of(st.none(), st.just(""), text)
@@ -252,14 +268,16 @@ def _many(prefix: str, count: int, value: Any) -> Dict[str, Any]:
 
 
 # Usually a few entries; sometimes more than 15 (map16 headers) cheaply.
+MANY_ENTRIES = 40
 meta_dicts = st.one_of(
     st.dictionaries(_meta_keys, text_or_bytes, max_size=6),
-    st.builds(lambda many, few: {**many, **few}, st.builds(_many, st.just("tag."), st.integers(14, 40), text),
+    st.builds(lambda many, few: {**many, **few},
+              st.builds(_many, st.just("tag."), st.integers(14, MANY_ENTRIES), text),
               st.dictionaries(_meta_keys, text_or_bytes, max_size=2)),
 )
 metric_dicts = st.one_of(
     st.dictionaries(_metric_keys, metric_values, max_size=6),
-    st.builds(_many, st.just("metric."), st.integers(14, 40), metric_values),
+    st.builds(_many, st.just("metric."), st.integers(14, MANY_ENTRIES), metric_values),
 )
 
 # meta_struct values: plain msgpack documents of exact types only.
@@ -337,7 +355,9 @@ def logical_spans(
 ) -> Dict[str, Any]:
     """A span as a dict of protocol fields, within the values both spanpack
     and ddtrace encode without error (v0.4 start/duration stay int64)."""
-    times = st.integers(-(1 << 70), 1 << 70) if v05_times else int64s
+    # v0.5 clamps times within 64 bits (negative to 0, above 2**63 - 1 to
+    # that) as ddtrace does; beyond 64 bits both versions raise.
+    times = st.integers(-(1 << 64) + 1, (1 << 64) - 1) if v05_times else int64s
     span = {
         "trace_id": draw(trace_ids),
         "span_id": draw(uint64s),
@@ -372,6 +392,32 @@ def logical_traces(draw, max_spans: int = 3, **kwargs: Any) -> Dict[str, Any]:
     if tid > U64:
         spans[0]["meta"]["_dd.p.tid"] = ("%032x" % tid)[:16]
     return {"spans": spans, "origin": origin}
+
+
+def largest_generated_trace() -> Dict[str, Any]:
+    """A one-span logical trace at least as large, encoded, as any span the
+    strategies above build: every text at the longest length that is not
+    truncated, in 4-byte characters; the most meta and metric entries; the
+    largest meta_struct, links and events, roughly (they are a few KB of the
+    span's ~4.6 MB)."""
+    longest = TRUNCATION_LIMIT * max(LONG_CHARS, key=lambda c: len(c.encode("utf-8")))
+    wide12, wide40 = "\U0001F600" * 12, "\U0001F600" * 40
+    meta = _many("tag.", MANY_ENTRIES, longest)
+    meta.update({"k" * 39: longest, "j" * 39: longest})  # the few extra entries, keys under 40 bytes
+    attributes = {wide12 + str(i): [wide12] * 3 for i in range(4)}
+    span = {
+        "trace_id": (1 << 128) - 1, "span_id": U64, "parent_id": U64,
+        "service": longest, "name": longest, "resource": longest, "span_type": longest,
+        "start_ns": I64_MIN, "duration_ns": I64_MIN, "error": -(2**31),
+        "meta": meta,
+        "metrics": _many("metric.", MANY_ENTRIES, 1e300),
+        "meta_struct": {wide12 + "1": [wide40] * 15, wide12 + "2": [wide40] * 15},
+        "links": [{"trace_id": U64 + i, "span_id": U64 - i, "tracestate": wide12, "flags": 2**32 - 1,
+                   "attributes": attributes, "dropped": 3} for i in range(2)],
+        "events": [{"name": "\U0001F600" * 300, "attributes": attributes, "timestamp": U64}] * 2,
+    }
+    span["meta"]["_dd.p.tid"] = ("%032x" % span["trace_id"])[:16]
+    return {"spans": [span], "origin": longest}
 
 
 def _link_dict(spec: Dict[str, Any]) -> Dict[str, Any]:

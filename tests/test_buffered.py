@@ -148,10 +148,19 @@ def test_attributes_and_headers(version):
     assert e.endpoint == "/%s/traces" % version
     assert e.max_size == 20 * 1024 * 1024
     assert e.max_item_size == e.max_size
-    assert not e.max_payload_size
+    assert e.max_payload_size is None  # no splitting, as max_payload_size=None asks
+    assert enc(version, max_payload_size=None).max_payload_size is None
     assert enc(version, max_size=100, max_item_size=1000).max_item_size == 100
     assert enc(version, max_size=1000, max_item_size=100).max_item_size == 100
     assert enc(version, max_payload_size=500).max_payload_size == 500
+    # What the limits read back, the constructor takes, for the same encoder.
+    copy = enc(version, max_size=e.max_size, max_item_size=e.max_item_size, max_payload_size=e.max_payload_size)
+    assert (copy.max_size, copy.max_item_size, copy.max_payload_size) == (e.max_size, e.max_item_size, None)
+    for name in ("max_size", "max_item_size", "max_payload_size"):
+        with pytest.raises(ValueError, match="%s must be positive, not 0" % name):
+            enc(version, **{name: 0})
+        with pytest.raises(AttributeError):
+            setattr(e, name, 1000)
     h = e.headers(7)
     assert h["Content-Type"] == "application/msgpack"
     assert h["X-Datadog-Trace-Count"] == "7"
@@ -344,6 +353,8 @@ def test_buffer_item_too_large(version):
             e.put(big)
         assert type(info.value) is BufferItemTooLarge
         assert info.value.args == (g,)
+        assert (info.value.limit_name, info.value.limit) == ("max_item_size", g - 1)
+        assert str(info.value) == "trace of %d bytes is over max_item_size=%d" % (g, g - 1)
         assert e.size == len(one_shot(version, prefix)) and len(e) == 3
     e.put(prefix[0])
     assert e.encode() == [(one_shot(version, prefix + prefix[:1]), 4)]
@@ -365,9 +376,26 @@ def test_item_too_large_wins_over_buffer_full(version):
     # an item within max_item_size that does not fit next to what is buffered
     e = enc(version, max_size=g + 10, max_item_size=g)
     e.put(make_trace(2))
+    buffered = e.size
     with pytest.raises(BufferFull) as info:
         e.put(big)
-    assert info.value.args == (growth(version, [make_trace(2)], big),)
+    g2 = growth(version, [make_trace(2)], big)
+    assert info.value.args == (g2,)
+    assert (info.value.limit_name, info.value.limit) == ("max_size", g + 10)
+    assert str(info.value) == "trace of %d bytes does not fit: %d bytes buffered, max_size=%d" % (
+        g2, buffered, g + 10)
+
+
+def test_limit_errors_made_by_hand_print_like_plain_exceptions():
+    """Raised by the encoder, str() names the limit; made elsewhere (a test
+    double, a re-raise), they print their args like any exception."""
+    assert str(BufferFull(205)) == "205"
+    assert str(BufferItemTooLarge()) == ""
+    assert str(BufferFull(1, "two")) == "(1, 'two')"
+    error = BufferFull(7)
+    error._message = None  # not a str: ignored
+    assert str(error) == "7"
+    assert issubclass(BufferFull, Exception) and issubclass(BufferItemTooLarge, Exception)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -378,6 +406,9 @@ def test_trace_larger_than_max_payload_size_alone(version):
     with pytest.raises(BufferItemTooLarge) as info:
         e.put(big)
     assert info.value.args[0] >= alone - EMPTY_SIZE[version]
+    assert (info.value.limit_name, info.value.limit) == ("max_payload_size", alone - 1)
+    assert str(info.value) == "trace of %d bytes makes a payload of %d bytes on its own, over max_payload_size=%d" % (
+        info.value.args[0], alone, alone - 1)
     assert e.size == EMPTY_SIZE[version] and len(e) == 0
     assert e.encode() == []
     # exactly max_payload_size fits
@@ -729,10 +760,13 @@ def test_limits_model(version, max_size, max_item_size, ops):
                 with pytest.raises(BufferItemTooLarge) as info:
                     e.put(trace)
                 assert info.value.args == (g,)
+                assert str(info.value) == "trace of %d bytes is over max_item_size=%d" % (g, item_limit)
             elif new_size > max_size:
                 with pytest.raises(BufferFull) as info:
                     e.put(trace)
                 assert info.value.args == (g,)
+                assert str(info.value) == "trace of %d bytes does not fit: %d bytes buffered, max_size=%d" % (
+                    g, before, max_size)
             else:
                 e.put(trace)
                 accepted.append(trace)

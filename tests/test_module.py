@@ -75,3 +75,32 @@ with open({result_path!r}, "wb") as out:
         [spanpack.TraceMsgPackEncoder("v0.5").encode_traces([[SPAN]]), spanpack.Timestamp(1, 2)]
     )
     assert got == expected
+
+
+def test_send_to_no_agent_raises_url_error_an_os_error():
+    """README and send()'s docstring: no agent at the URL raises URLError,
+    which `except OSError` catches."""
+    import socket
+    import urllib.error
+
+    with socket.socket() as bound:  # bound, never listening: connections are refused
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        with pytest.raises(urllib.error.URLError) as info:
+            spanpack.send(b"\x90", 0, "http://127.0.0.1:%d/v0.4/traces" % port, timeout=5)
+    assert isinstance(info.value, OSError)
+    assert isinstance(info.value.reason, ConnectionRefusedError)
+
+
+def test_minimal_dict_span_reads_back_as_the_readme_says():
+    import msgpack
+
+    span = {"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 5}
+    v04 = msgpack.unpackb(spanpack.TraceMsgPackEncoder("v0.4").encode_traces([[span]]))
+    assert v04 == [[{"trace_id": 1, "span_id": 2, "service": None, "resource": None, "name": "n",
+                     "start": 5, "duration": None}]]
+    table, traces = msgpack.unpackb(spanpack.TraceMsgPackEncoder("v0.5").encode_traces([[span]]))
+    # service, name, resource, trace_id, span_id, parent_id, start, duration, error, meta, metrics, type
+    assert [table[i] for i in (traces[0][0][0], traces[0][0][1], traces[0][0][2], traces[0][0][11])] == [
+        "", "n", "", ""]
+    assert traces[0][0][3:11] == [1, 2, 0, 5, 0, 0, {}, {}]

@@ -27,10 +27,14 @@ import spanpack  # noqa: E402
 
 try:
     from .spans_strategies import (
+        BIG,
+        DEFAULT_MAX_SIZE,
+        MAX_SPANS_PER_EXAMPLE,
         VERSIONS,
         assert_all_paths_equal,
         ddtrace_encoder,
         ddtrace_payload,
+        largest_generated_trace,
         logical_traces,
         spanpack_paths,
         to_ddtrace_trace,
@@ -38,10 +42,14 @@ try:
     )
 except ImportError:
     from spans_strategies import (
+        BIG,
+        DEFAULT_MAX_SIZE,
+        MAX_SPANS_PER_EXAMPLE,
         VERSIONS,
         assert_all_paths_equal,
         ddtrace_encoder,
         ddtrace_payload,
+        largest_generated_trace,
         logical_traces,
         spanpack_paths,
         to_ddtrace_trace,
@@ -54,6 +62,8 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
+# At most MAX_SPANS_PER_EXAMPLE spans (3 traces of 3), which ddtrace's
+# reference buffer of BIG bytes holds: test_reference_buffer_holds_the_largest_example.
 traces_lists = st.lists(logical_traces(), min_size=1, max_size=3)
 
 
@@ -127,7 +137,10 @@ def test_lenient_mode_drops_like_ddtrace(version, traces, bad_meta, bad_metrics,
         for s in spans
     )
     expected = ddtrace_payload(version, dd_traces)
-    encoder = spanpack.TraceMsgPackEncoder(version, "ddtrace", lenient=True)
+    # put() buffers the whole payload, which 6 generated spans can take beyond
+    # the default 20 MiB.
+    encoder = spanpack.TraceMsgPackEncoder(
+        version, "ddtrace", lenient=True, max_size=max(DEFAULT_MAX_SIZE, len(expected)))
     assert encoder.encode_traces(dd_traces) == expected
     assert encoder.dropped_tags == expected_drops
     for trace in dd_traces:
@@ -137,6 +150,47 @@ def test_lenient_mode_drops_like_ddtrace(version, traces, bad_meta, bad_metrics,
     joined = encoder.join_encoded([encoder.encode_trace(trace) for trace in dd_traces])
     assert joined == expected
     assert encoder.dropped_tags == 3 * expected_drops
+
+
+def test_reference_buffer_holds_the_largest_example():
+    """The ddtrace reference encoder's fixed limit (BIG) holds the largest
+    example the strategies can draw; spanpack's buffered path is sized per
+    example (spanpack_paths), so only ddtrace's needs this bound."""
+    [span] = to_ddtrace_trace(largest_generated_trace())
+    for version in VERSIONS:
+        largest = len(ddtrace_payload(version, [[span]]))
+        assert largest > 4_000_000 if version == "v0.4" else largest > 100_000
+        assert MAX_SPANS_PER_EXAMPLE * largest < BIG, (version, largest)
+
+
+def test_trace_id_high_tag_added_where_ddtrace_encoder_does_not():
+    """ddtrace's encoder writes only what the span's meta holds; its trace
+    processor sets _dd.p.tid before encoding.  spanpack adds the tag itself
+    when a 128-bit trace's first span lacks it (docs/wire-format.md), so
+    byte-identity with ddtrace holds for spans that already carry it."""
+    span = _span(trace_id=(0xABC << 64) | 5)
+    for version in VERSIONS:
+        theirs = unpack(ddtrace_payload(version, [[span]]))
+        ours = unpack(spanpack.TraceMsgPackEncoder(version, "ddtrace").encode_traces([[span]]))
+        if version == "v0.4":
+            assert "meta" not in theirs[0][0]
+            assert ours[0][0].pop("meta") == {"_dd.p.tid": "0000000000000abc"}
+            assert ours == theirs
+        else:
+            assert theirs[1][0][0][9] == {}
+            table, traces = ours
+            assert {table[k]: table[v] for k, v in traces[0][0][9].items()} == {"_dd.p.tid": "0000000000000abc"}
+    span._meta["_dd.p.tid"] = "0000000000000abc"
+    for version in VERSIONS:
+        assert_all_paths_equal(ddtrace_payload(version, [[span]]), spanpack_paths(version, [[span]], "ddtrace"))
+
+
+def test_bool_metrics_are_written_as_ints_like_ddtrace():
+    span = _span(_metrics={"yes": True, "no": False})
+    for version in VERSIONS:
+        assert_all_paths_equal(ddtrace_payload(version, [[span]]), spanpack_paths(version, [[span]], "ddtrace"))
+    # the span map ends with metrics: {"yes": 1, "no": 0} as positive fixints, not msgpack true/false
+    assert ddtrace_payload("v0.4", [[span]]).endswith(bytes.fromhex("a76d657472696373 82 a3796573 01 a26e6f 00"))
 
 
 def test_strings_over_25000_chars_and_bytes_values():

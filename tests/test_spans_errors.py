@@ -111,7 +111,8 @@ for _text_field in ("service", "name", "resource", "span_type"):
     ]
 CASES += [
     case("name", MISSING, TypeError, ident="name-missing"),
-    # start/duration: v0.4 int64 or error; v0.5 clamped
+    # start/duration: v0.4 int64 or error; v0.5 clamped within 64 bits, an
+    # error beyond
     case("start_ns", MISSING, TypeError, ident="start_ns-missing"),
     case("start_ns", "5", TypeError),
     case("start_ns", 5.0, TypeError),
@@ -120,7 +121,9 @@ CASES += [
     case("start_ns", -(1 << 63) - 1, {"v0.4": ValueError, "v0.5": None}),
     case("duration_ns", "7", TypeError),
     case("duration_ns", 7.5, TypeError),
-    case("duration_ns", 1 << 64, {"v0.4": ValueError, "v0.5": None}),
+    case("duration_ns", 1 << 64, ValueError),
+    case("start_ns", -(1 << 64), ValueError),
+    case("start_ns", 1 << 70, ValueError),
     case("duration_ns", [7], TypeError),
     # error: any int in v0.4 (written as 1), int32 in v0.5
     case("error", "x", TypeError),
@@ -393,10 +396,12 @@ def _raise_from_property(exception_type, field, version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("field", ["service", "start_ns", "meta"])
-@pytest.mark.parametrize("exception_type", [TypeError, ValueError])
-def test_property_type_and_value_errors_keep_type_and_cause(exception_type, field, version):
-    """A TypeError/ValueError from a property is re-raised as the same type
-    with the location prefixed and the original as __cause__."""
+@pytest.mark.parametrize("exception_type", [TypeError, ValueError, AttributeError])
+def test_property_errors_keep_type_and_cause(exception_type, field, version):
+    """A TypeError/ValueError/AttributeError from a property is re-raised as
+    the same type with the location prefixed and the original as __cause__
+    (an AttributeError inside a getter is a bug to report, not a missing
+    field)."""
     original, raised = _raise_from_property(exception_type, field, version)
     assert type(raised) is exception_type
     assert raised.__cause__ is original
@@ -406,19 +411,33 @@ def test_property_type_and_value_errors_keep_type_and_cause(exception_type, fiel
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("field", ["service", "start_ns", "meta"])
-@pytest.mark.parametrize("exception_type", [TypeError, ValueError])
-def test_property_type_and_value_errors_name_the_field(exception_type, field, version):
+@pytest.mark.parametrize("exception_type", [TypeError, ValueError, AttributeError])
+def test_property_errors_name_the_field(exception_type, field, version):
     _, raised = _raise_from_property(exception_type, field, version)
     assert re.match(r"trace 1, span 2, %s\b" % field, str(raised)), str(raised)
 
 
-def test_property_attribute_error_means_absent():
-    for version in VERSIONS:
-        absent = _object_span("parent_id", AttributeError("no parent"))
-        assert spanpack.TraceMsgPackEncoder(version).encode_traces([[absent]]) == \
-            spanpack.TraceMsgPackEncoder(version).encode_traces([[span()]])
-        with pytest.raises(TypeError, match=r"^trace 0, span 0, span_id"):
-            spanpack.TraceMsgPackEncoder(version).encode_traces([[_object_span("span_id", AttributeError())]])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_getattr_hook_attribute_error_means_absent(version):
+    """A class that customises attribute access keeps Python's semantics:
+    what hasattr() calls missing is absent."""
+
+    class Dynamic:
+        def __init__(self, values):
+            self._values = values
+
+        def __getattr__(self, name):
+            try:
+                return self._values[name]
+            except KeyError:
+                raise AttributeError(name) from None
+
+    plain = span()
+    assert spanpack.TraceMsgPackEncoder(version).encode_traces([[Dynamic(plain)]]) == \
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[plain]])
+    without_parent = {k: v for k, v in plain.items() if k != "parent_id"}
+    assert spanpack.TraceMsgPackEncoder(version).encode_traces([[Dynamic(without_parent)]]) == \
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[without_parent]])
 
 
 # ---------------------------------------------------------------------------
@@ -438,10 +457,10 @@ def test_bad_trace_containers(version):
         encoder.put(None)
     with pytest.raises(TypeError):
         encoder.encode_trace("spans")
-    # A span that is neither a dict nor has the fields.
-    with pytest.raises(TypeError, match=r"^trace 0, span 1, span_id"):
+    # A span that is neither a dict nor an object with attributes.
+    with pytest.raises(TypeError, match=r"^trace 0, span 1: expected a span object or dict, not int"):
         encoder.encode_traces([[span(), 5]])
-    with pytest.raises(TypeError, match=r"^trace 0, span 0, "):
+    with pytest.raises(TypeError, match=r"^trace 0, span 0: expected a span object or dict, not NoneType"):
         encoder.encode_traces([[None]])
     assert encoder.encode_traces([[span()]]) == spanpack.TraceMsgPackEncoder(version).encode_traces([[span()]])
 
@@ -650,7 +669,9 @@ def test_random_failure_leaves_no_trace(good, version, bad_case, lenient, data):
 
     expected = spanpack.TraceMsgPackEncoder(version, **options).encode_traces(good_traces)
 
-    encoder = spanpack.TraceMsgPackEncoder(version, **options)
+    # put() buffers the whole payload, which 9 generated spans can take far
+    # beyond the default 20 MiB; the limit is sized for the example.
+    encoder = spanpack.TraceMsgPackEncoder(version, max_size=max(20 << 20, len(expected)), **options)
     with pytest.raises(expected_type) as info:
         encoder.encode_traces(good_traces[:position] + [bad] + good_traces[position:])
     assert str(info.value).startswith(_message_prefix(position, span_index, field, key)), str(info.value)
@@ -679,3 +700,84 @@ def test_lenient_dropped_trace_id_high_tag_is_replaced(version):
     payload = encoder.encode_traces([[span(trace_id=trace_id, meta={"_dd.p.tid": 5})]])
     assert encoder.dropped_tags == 1
     assert payload == spanpack.TraceMsgPackEncoder(version).encode_traces([[span(trace_id=trace_id)]])
+
+
+# ---------------------------------------------------------------------------
+# Items that are not spans, and one format for missing fields
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("item, type_name", [
+    (None, "NoneType"), (5, "int"), (True, "bool"), (1.5, "float"), ("span", "str"),
+    (b"span", "bytes"), ([{"span_id": 1}], "list"), ((1, 2), "tuple"), ({1}, "set"),
+])
+@pytest.mark.parametrize("position", [0, 1])
+def test_an_item_that_is_not_a_span_is_named(version, item, type_name, position):
+    trace = [span(), span(span_id=3)]
+    trace[position] = item
+    with pytest.raises(TypeError) as info:
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[span()], trace])
+    assert str(info.value) == "trace 1, span %d: expected a span object or dict, not %s" % (position, type_name)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("field", ["trace_id", "span_id", "name", "start_ns"])
+@pytest.mark.parametrize("form", ["dict", "object"])
+def test_missing_fields_are_reported_in_one_format(version, field, form):
+    values = span(**{field: MISSING})
+    item = values if form == "dict" else type("Partial", (), {})()
+    if form == "object":
+        item.__dict__.update(values)
+    with pytest.raises(TypeError) as info:
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[item]])
+    assert str(info.value) == "trace 0, span 0, %s: missing (no attribute or key '%s')" % (field, field)
+
+
+# ---------------------------------------------------------------------------
+# Keys that are cut to the same text
+
+
+def _long_keys():
+    """Two distinct keys over 25,000 characters with the same first 2,486."""
+    return "k" * 25001, "k" * 25002
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("field", ["meta", "metrics"])
+def test_keys_cut_to_the_same_text_raise(version, field):
+    first, second = _long_keys()
+    value = "v" if field == "meta" else 1
+    bad = span(**{field: {first: value, "ok": value, second: value}})
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    with pytest.raises(ValueError, match=r"^trace 1, span 0, %s: two keys are written as the same" % field):
+        encoder.encode_traces([[span()], [bad]])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_short_key_equal_to_a_cut_key_raises(version):
+    first, _ = _long_keys()
+    cut = first[:2486] + "<truncated>..."
+    with pytest.raises(ValueError, match="two keys are written as the same 2500-character text"):
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[span(meta={first: "a", cut: "b"})]])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_keys_cut_to_the_same_text_lenient_keeps_the_first(version):
+    first, second = _long_keys()
+    encoder = spanpack.TraceMsgPackEncoder(version, lenient=True)
+    payload = encoder.encode_traces([[span(meta={first: "first", "ok": "x", second: "second"})]])
+    assert encoder.dropped_tags == 1
+    expected = spanpack.TraceMsgPackEncoder(version).encode_traces([[span(meta={first: "first", "ok": "x"})]])
+    assert payload == expected
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_one_long_key_per_map_is_fine(version):
+    """The same long key in meta and in metrics: two maps, no conflict."""
+    first, _ = _long_keys()
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    payload = encoder.encode_traces([[span(meta={first: "v"}, metrics={first: 1}), span(span_id=3, meta={first: "w"})]])
+    cut = first[:2486] + "<truncated>..."
+    expected = spanpack.TraceMsgPackEncoder(version).encode_traces(
+        [[span(meta={cut: "v"}, metrics={cut: 1}), span(span_id=3, meta={cut: "w"})]])
+    assert payload == expected

@@ -1,8 +1,8 @@
 """One small test per wire rule, with the exact expected bytes written out.
 
 The expected bytes are derived by hand from the wire format (the msgpack spec
-and the reference tracer's rules in /work/shared/wire-format.md and the
-ddtrace 4.2.3 encoder notes), never by calling spanpack.  Only two helpers
+and the rules in docs/wire-format.md, which follow ddtrace 4.2.3's encoder),
+never by calling spanpack.  Only two helpers
 are used to spell them: ``fs`` (a fixstr: ``a0|len`` + the UTF-8 bytes, for
 strings shorter than 32 bytes) and ``H`` (concatenate hex chunks).
 """
@@ -596,17 +596,27 @@ def test_v05_error_is_its_int32_value(error, form):
     [
         (None, "00"),
         (-5, "00"),
-        (-(2**70), "00"),
+        (-(2**64) + 1, "00"),
         (0, "00"),
         (2**63 - 1, "cf 7fffffffffffffff"),
         (2**63, "cf 7fffffffffffffff"),
-        (2**64 + 5, "cf 7fffffffffffffff"),
+        (2**64 - 1, "cf 7fffffffffffffff"),
     ],
 )
 def test_v05_start_and_duration_clamped(value, form):
     assert v05(span(start_ns=value, duration_ns=value)) == H(
         "92 95", V05_SEEDS, fs("s"), fs("n"), fs("r"), "91 91 9c 02 03 04 01 02 00", form, form, "00 80 80 00"
     )
+
+
+@pytest.mark.parametrize("field", ["start_ns", "duration_ns"])
+@pytest.mark.parametrize("value", [2**64, -(2**64), 2**70])
+def test_times_beyond_64_bits_raise_in_both_versions(field, value):
+    """Clamping a time that does not fit in 64 bits would send a time the
+    span never had: both versions refuse it, naming the field."""
+    for version in ("v0.4", "v0.5"):
+        with pytest.raises(ValueError, match=r"^trace 0, span 0, %s: " % field):
+            spanpack.TraceMsgPackEncoder(version).encode_traces([[span(**{field: value})]])
 
 
 def test_v05_unfinished_span_duration_0():
@@ -666,3 +676,19 @@ def test_encoder_attributes():
     # Empty buffered sizes, as the reference encoder reports them.
     assert spanpack.TraceMsgPackEncoder("v0.4").size == 1
     assert spanpack.TraceMsgPackEncoder("v0.5").size == 15
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_metrics_written_as_float64(value):
+    """NaN and infinities are kept as the float64 the tracer set: msgpack
+    carries them and the agent's decoders accept them (ddtrace's own
+    set_metric refuses to store them, so its spans never hold one)."""
+    expected_value = msgpack.packb(value)  # cb + the IEEE 754 bits
+    assert expected_value[0] == 0xCB
+    for version in ("v0.4", "v0.5"):
+        payload = spanpack.TraceMsgPackEncoder(version).encode_traces([[span(metrics={"m": value})]])
+        assert expected_value in payload
+        decoded = msgpack.unpackb(payload, strict_map_key=False)
+        metrics = decoded[0][0]["metrics"] if version == "v0.4" else decoded[1][0][0][10]
+        (got,) = metrics.values()
+        assert (got != got) if value != value else got == value

@@ -1,7 +1,7 @@
 """spanpack: fast msgpack encoding of tracing spans into Datadog agent payloads.
 
 The core is the C extension ``spanpack._spanpack``; this package re-exports it
-and adds the thin Python layer (headers, sending, agent versions).
+and adds the Python layer (headers, sending, the AgentWriter, agent versions).
 """
 
 __version__ = "0.1.0"
@@ -10,8 +10,10 @@ from ._ext import ExtType, Timestamp
 from ._spanpack import BufferFull, BufferItemTooLarge, EncodedTrace, Packer, packb
 from .encoder import TraceMsgPackEncoder, agent_versions, payload_headers
 from .transport import send
+from .writer import AgentWriter
 
 __all__ = [
+    "AgentWriter",
     "BufferFull",
     "BufferItemTooLarge",
     "EncodedTrace",

@@ -1,52 +1,109 @@
 """Type stubs for the C extension spanpack._spanpack."""
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final, overload
+
+_Default = Optional[Callable[[Any], Any]]
 
 class Packer:
     def __init__(
         self,
         *,
-        default: Optional[Callable[[Any], Any]] = ...,
+        default: _Default = ...,
         use_single_float: bool = ...,
         autoreset: bool = ...,
         use_bin_type: bool = ...,
         strict_types: bool = ...,
         datetime: bool = ...,
-        unicode_errors: Optional[str] = ...,
+        unicode_errors: Union[None, str, bytes, bytearray] = ...,
         buf_size: Optional[int] = ...,
     ) -> None: ...
-    def pack(self, obj: Any) -> Optional[bytes]: ...
-    def pack_array_header(self, n: int) -> Optional[bytes]: ...
-    def pack_map_header(self, n: int) -> Optional[bytes]: ...
-    def pack_map_pairs(self, pairs: Iterable[Tuple[Any, Any]]) -> Optional[bytes]: ...
-    def pack_ext_type(self, code: int, data: bytes) -> Optional[bytes]: ...
+    # Each returns the packed bytes, or None when the Packer was made with
+    # autoreset=False (the bytes stay in its buffer).
+    def pack(self, obj: Any, /) -> Optional[bytes]: ...
+    def pack_array_header(self, n: int, /) -> Optional[bytes]: ...
+    def pack_map_header(self, n: int, /) -> Optional[bytes]: ...
+    def pack_map_pairs(self, pairs: Iterable[Tuple[Any, Any]], /) -> Optional[bytes]: ...
+    def pack_ext_type(self, code: int, data: Union[bytes, bytearray, str], /) -> Optional[bytes]: ...
     def bytes(self) -> bytes: ...
     def getbuffer(self) -> memoryview: ...
     def reset(self) -> None: ...
 
-def packb(obj: Any, **options: Any) -> Optional[bytes]: ...
+# packb(obj, **options) is Packer(**options).pack(obj): bytes, except None
+# with autoreset=False, as msgpack-python's packb.  The last overload is the
+# runtime signature.
+@overload
+def packb(
+    obj: Any,
+    /,
+    *,
+    default: _Default = ...,
+    use_single_float: bool = ...,
+    autoreset: Literal[False],
+    use_bin_type: bool = ...,
+    strict_types: bool = ...,
+    datetime: bool = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
+    buf_size: Optional[int] = ...,
+) -> None: ...
+@overload
+def packb(
+    obj: Any,
+    /,
+    *,
+    default: _Default = ...,
+    use_single_float: bool = ...,
+    autoreset: Literal[True] = ...,
+    use_bin_type: bool = ...,
+    strict_types: bool = ...,
+    datetime: bool = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
+    buf_size: Optional[int] = ...,
+) -> bytes: ...
+@overload
+def packb(
+    obj: Any,
+    /,
+    *,
+    default: _Default = ...,
+    use_single_float: bool = ...,
+    autoreset: bool = ...,
+    use_bin_type: bool = ...,
+    strict_types: bool = ...,
+    datetime: bool = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
+    buf_size: Optional[int] = ...,
+) -> Optional[bytes]: ...
 
-class BufferFull(Exception): ...
-class BufferItemTooLarge(Exception): ...
+# Test hook: the length check of every msgpack header writer.
+def _check_msgpack_length(length: int, /) -> None: ...
 
+class BufferFull(Exception):
+    """args[0]: the rejected trace's encoded size."""
+
+    limit_name: str  # "max_size"
+    limit: int
+
+class BufferItemTooLarge(Exception):
+    """args[0]: the rejected trace's encoded size."""
+
+    limit_name: str  # "max_item_size" or "max_payload_size"
+    limit: int
+
+@final
 class EncodedTrace:
     @property
     def version(self) -> str: ...
     def __len__(self) -> int: ...
 
-Span = Any  # a dict, an object with the span fields, or a ddtrace Span
-Trace = Sequence[Span]
-Fields = Union[None, str, Mapping[str, str]]
+_Span = Any  # a dict, an object with the span fields, or a ddtrace Span
+_Trace = Sequence[_Span]
+_Fields = Union[None, str, Mapping[str, str]]
 
 class TraceEncoder:
-    max_size: int
-    max_item_size: int
-    max_payload_size: int
-    dropped_tags: int
     def __init__(
         self,
         version: str = ...,
-        fields: Fields = ...,
+        fields: _Fields = ...,
         *,
         max_size: Optional[int] = ...,
         max_item_size: Optional[int] = ...,
@@ -55,14 +112,24 @@ class TraceEncoder:
         intern: bool = ...,
         native_span_events: bool = ...,
     ) -> None: ...
+    # The limits and the counter are read-only at run time.
+    @property
+    def max_size(self) -> int: ...
+    @property
+    def max_item_size(self) -> int: ...
+    @property
+    def max_payload_size(self) -> Optional[int]:
+        """None: no limit (one payload)."""
+    @property
+    def dropped_tags(self) -> int: ...
     @property
     def size(self) -> int: ...
     @property
     def version(self) -> str: ...
     def __len__(self) -> int: ...
-    def encode_traces(self, traces: Sequence[Trace]) -> bytes: ...
-    def encode_trace(self, trace: Trace) -> EncodedTrace: ...
-    def join_encoded(self, encoded_traces: Sequence[EncodedTrace]) -> bytes: ...
-    def put(self, trace: Trace) -> None: ...
+    def encode_traces(self, traces: Sequence[_Trace], /) -> bytes: ...
+    def encode_trace(self, trace: _Trace, /) -> EncodedTrace: ...
+    def join_encoded(self, encoded_traces: Sequence[EncodedTrace], /) -> bytes: ...
+    def put(self, trace: _Trace, /) -> None: ...
     def encode(self) -> List[Tuple[bytes, int]]: ...
     def _intern_stats(self) -> Dict[str, int]: ...

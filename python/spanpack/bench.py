@@ -26,6 +26,12 @@ v0.5 payloads
 
 Ratios are "contender time / spanpack time" on the same shape and version
 (above 1: spanpack is faster).
+
+Then span classes of one's own (:mod:`spanpack.user_spans`: ``__slots__``
+with only the core fields, plain classes, dataclasses, attrs, msgspec
+Structs, a computed property, keys built per span, float metrics, unique
+values), spanpack on the objects themselves against msgspec on equivalent
+prebuilt Structs and ``msgpack.packb`` of a ``to_dict()`` per span.
 """
 
 from __future__ import annotations
@@ -560,6 +566,30 @@ def run(
     return results, notes
 
 
+def run_user_classes(quick: bool = False,
+                     progress: Callable[[str], None] = lambda msg: None) -> str:
+    """Time the span classes users write (spanpack.user_spans); a table."""
+    from . import user_spans
+
+    budget = QUICK_BUDGET if quick else DEFAULT_BUDGET
+    labels: List[str] = []
+    rows: List[Tuple[str, Dict[str, float]]] = []
+    for name, build in user_spans.SHAPES.items():
+        fns = user_spans.contenders(build())
+        user_spans.check(fns)
+        timings = measure_interleaved(list(fns.values()), budget)
+        per_span = {label: t.best / user_spans.SPANS for label, t in zip(fns, timings)}
+        labels += [label for label in fns if label not in labels]
+        rows.append((name, per_span))
+        progress("    your own span class: %-22s %9s/span" % (name, fmt_time(per_span["spanpack v0.4"])))
+    out = [["span class (1,000 spans, 6 tags, 3 metrics)"] + labels]
+    for name, per_span in rows:
+        base = per_span["spanpack v0.4"]
+        out.append([name] + ["%s (%.2fx)" % (fmt_time(per_span[label]), per_span[label] / base)
+                             if label in per_span else "-" for label in labels])
+    return table(out, right=range(1, len(labels) + 1))
+
+
 # --------------------------------------------------------------------------------------------
 # Reporting
 
@@ -648,6 +678,20 @@ def summary(results: List[Result]) -> str:
     return table(rows, right=set(range(1, len(rows[0]))))
 
 
+def rounds_range(results: List[Result]) -> str:
+    """The N of "best of N": the fewest and most timed rounds of any contender."""
+    rounds = [r.rounds for r in results if r.timed]
+    if not rounds:
+        return "N"
+    return str(min(rounds)) if min(rounds) == max(rounds) else "%d-%d" % (min(rounds), max(rounds))
+
+
+# What the words in the table and chart mean (benchmarks/README.md has the details).
+LEGEND = ("floor = copying the finished payload, bytes(bytearray(payload)): less than any encoder "
+          "can spend.  differs = the contender's payload decodes to other data than spanpack's; "
+          "it is reported, not timed.")
+
+
 def chart(results: List[Result], path: str, title: str) -> None:
     """A PNG bar chart: time per span (log scale), one group per shape."""
     import matplotlib
@@ -668,7 +712,8 @@ def chart(results: List[Result], path: str, title: str) -> None:
         "msgspec-structs": "#d6616b", "floor": "#969696",
     }
     for ax, version in zip(axes[:, 0], versions):
-        keys = list(dict.fromkeys(r.key for r in results if r.version == version and r.timed))
+        keys = list(dict.fromkeys(r.key for r in results if r.version == version
+                                  and (r.timed or r.status.startswith("differs"))))
         width = 0.85 / max(1, len(keys))
         for j, key in enumerate(keys):
             xs, ys, label = [], [], None
@@ -679,16 +724,25 @@ def chart(results: List[Result], path: str, title: str) -> None:
                     label = match[0].label
                     xs.append(i - 0.425 + width * (j + 0.5))
                     ys.append(match[0].per_span * 1e9)
-            ax.bar(xs, ys, width, label=label, color=palette.get(key, "#444444"))
+                elif any(r.shape == shape and r.version == version and r.key == key
+                         and r.status.startswith("differs") for r in results):
+                    # No bar: say why at its place, on the axis.
+                    ax.annotate("differs (not timed)", (i - 0.425 + width * (j + 0.5), 0), xytext=(0, 3),
+                                xycoords=("data", "axes fraction"), textcoords="offset points",
+                                rotation=90, ha="center", va="bottom", fontsize=8,
+                                color=palette.get(key, "#444444"))
+            if xs:
+                ax.bar(xs, ys, width, label=label, color=palette.get(key, "#444444"))
         ax.set_yscale("log")
-        ax.set_ylabel("ns per span (best of N, log scale)")
+        ax.set_ylabel("ns per span (best of %s rounds, log scale)" % rounds_range(results))
         ax.set_title("%s payloads" % version)
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels(shapes, rotation=15)
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.text(0.5, 0.005, LEGEND, ha="center", va="bottom", fontsize=8, wrap=True)
+    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -722,7 +776,7 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
         parser = argparse.ArgumentParser(prog="python -m spanpack bench")
     parser.description = __doc__.strip().splitlines()[0]
     parser.add_argument("--quick", action="store_true",
-                        help="fewer and shorter rounds, smaller many_traces (about 30 s)")
+                        help="fewer and shorter rounds (3-10 instead of 5-40), smaller many_traces")
     parser.add_argument("--out", nargs="?", const="bench.png", default=None, metavar="PNG",
                         help="write a bar chart (default file name: bench.png)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
@@ -731,6 +785,8 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
                         % ", ".join(samples.shape_names()))
     parser.add_argument("--versions", nargs="+", choices=["v0.4", "v0.5"], default=["v0.4", "v0.5"])
     parser.add_argument("--list", action="store_true", help="list shapes and contenders, then exit")
+    parser.add_argument("--no-user-classes", action="store_true",
+                        help="skip the table of span classes of one's own (spanpack.user_spans)")
     return parser
 
 
@@ -754,14 +810,15 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
 
     started = time.perf_counter()
     results, notes = run(shapes, quick=args.quick, versions=args.versions, progress=progress)
+    user_classes = None if args.no_user_classes else run_user_classes(args.quick, progress)
     elapsed = time.perf_counter() - started
     for note in notes:
         print("note: " + note, file=sys.stderr)
 
     env = environment()
-    print("spanpack %s, Python %s (%s), %s cpus; %s run in %.0f s; best of N rounds"
+    print("spanpack %s, Python %s (%s), %s cpus; %s run in %.0f s; times are the best of %s rounds"
           % (env["packages"]["spanpack"], env["python"], env["implementation"], env["cpus"],
-             "quick" if args.quick else "full", elapsed))
+             "quick" if args.quick else "full", elapsed, rounds_range(results)))
     print("x spanpack = contender time / spanpack encode_traces(slotted objects) time, "
           "same shape and version (above 1: spanpack faster)")
     print()
@@ -770,6 +827,13 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
     print("Peers vs spanpack (time ratio; ddtrace columns compare put+encode on the same "
           "ddtrace Spans, the others compare with spanpack on slotted objects):")
     print(summary(results))
+    print(LEGEND)
+    if user_classes is not None:
+        print()
+        print("Your own span class: spanpack on the objects themselves (time per span, and the ratio "
+              "to spanpack v0.4); msgspec encodes equivalent Structs built beforehand, msgpack "
+              "packs a to_dict() per span:")
+        print(user_classes)
     for note in notes:
         print("note: " + note)
 

@@ -116,6 +116,11 @@ def _ids(rng: random.Random) -> int:
     return rng.getrandbits(64) or 1
 
 
+def _fresh(text: str) -> str:
+    """An equal str that is a new object (not interned, not shared)."""
+    return "".join([text[:1], text[1:]])
+
+
 def _ddtrace_like(
     ntraces: int,
     nspans: int,
@@ -124,6 +129,8 @@ def _ddtrace_like(
     nmetrics: int = 0,
     origin: bool = False,
     seed: int = 1,
+    keys_per_span: bool = False,
+    float_metrics: bool = False,
 ) -> List[List[Record]]:
     """Traces shaped like ddtrace's encoder benchmark (benchmarks/encoder).
 
@@ -132,6 +139,9 @@ def _ddtrace_like(
     is a fresh random string of `ltags` characters; metric values are random
     ints in [0, 2**16].  The first span of a trace is the root, every other
     span is its child.  Trace ids are 64-bit, so no ``_dd.p.tid`` is involved.
+    With `keys_per_span` every span's tag and metric keys are str objects of
+    their own (equal text, built at run time as f-strings and decoded headers
+    are); with `float_metrics` metric values are floats.
     """
     rng = random.Random(seed)
     names = _words(rng, 256, 16)
@@ -160,9 +170,17 @@ def _ddtrace_like(
                 "duration_ns": 10_000 + rng.randrange(1_000_000),
                 "error": 0,
                 "meta": {
-                    key: "".join(rng.choice(_ALPHABET) for _ in range(ltags)) for key in tag_keys
+                    (_fresh(key) if keys_per_span else key): "".join(
+                        rng.choice(_ALPHABET) for _ in range(ltags)
+                    )
+                    for key in tag_keys
                 },
-                "metrics": {key: rng.randint(0, 2**16) for key in metric_keys},
+                "metrics": {
+                    (_fresh(key) if keys_per_span else key): (
+                        rng.random() * 2**16 if float_metrics else rng.randint(0, 2**16)
+                    )
+                    for key in metric_keys
+                },
             }
             if i == 0 and origin:
                 record["origin"] = rng.choice(origins)
@@ -353,6 +371,16 @@ _shape(
     "origin",
     "1 trace x 1000 spans, trace origin (_dd.origin)",
     lambda quick: _ddtrace_like(1, 1000, origin=True),
+)
+_shape(
+    "keys_per_span",
+    "1 trace x 1000 spans, 10 tags + 3 metrics whose keys are built per span",
+    lambda quick: _ddtrace_like(1, 1000, ntags=10, ltags=16, nmetrics=3, keys_per_span=True),
+)
+_shape(
+    "float_metrics",
+    "1 trace x 1000 spans, 10 float metrics",
+    lambda quick: _ddtrace_like(1, 1000, nmetrics=10, float_metrics=True),
 )
 _shape("web", "1 request trace: root + 50 SQL/HTTP children, ~10 tags, 4 metrics", lambda quick: _web())
 _shape("span_1", "1 trace x 1 span (the web root)", lambda quick: [_web(children=0)[0]])

@@ -1,0 +1,41 @@
+"""Build (once per interpreter) and import the read-floor helper.
+
+    from readfloor.build import load; readfloor = load()
+
+It is compiled with setuptools into benchmarks/readfloor/build/<interpreter
+tag>/, next to its source, the first time a benchmark asks for it; None when
+no compiler is available (the benchmarks then leave the floor out).
+"""
+
+import importlib.util
+import os
+import sys
+import sysconfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load():
+    tag = sys.implementation.cache_tag + "-" + sysconfig.get_platform()
+    build_dir = os.path.join(HERE, "build", tag)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    path = os.path.join(build_dir, "readfloor" + suffix)
+    source = os.path.join(HERE, "readfloor.c")
+    if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(source):
+        try:
+            from setuptools import Distribution, Extension
+
+            dist = Distribution({"ext_modules": [Extension("readfloor", [source],
+                                                           extra_compile_args=["-O3"])]})
+            command = dist.get_command_obj("build_ext")
+            command.build_lib = build_dir
+            command.build_temp = os.path.join(build_dir, "tmp")
+            command.ensure_finalized()
+            command.run()
+        except Exception as error:  # no compiler, no headers
+            print("read floor not built: %s" % error, file=sys.stderr)
+            return None
+    spec = importlib.util.spec_from_file_location("readfloor", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
