@@ -88,8 +88,14 @@ def test_signature_matches_stub(name, runtime, stub, has_self):
     assert _runtime_parameters(runtime, has_self) == _stub_parameters(stub, drop_stub_self)
 
 
+# TraceMsgPackEncoder's own keyword-only options: the v1.0 payload fields.
+V10_PAYLOAD_OPTIONS = ("language_name", "language_version", "tracer_version", "runtime_id", "env",
+                       "hostname", "app_version", "container_id", "payload_attributes")
+
+
 def test_python_subclass_has_the_encoder_signature():
     expected = _stub_parameters(STUBS["TraceEncoder"]["__init__"], True)
+    expected += [(name, inspect.Parameter.KEYWORD_ONLY) for name in V10_PAYLOAD_OPTIONS]
     assert _runtime_parameters(spanpack.TraceMsgPackEncoder, False) == expected
     encoder = spanpack.TraceMsgPackEncoder(**{"version": "v0.5", "max_size": 1 << 20})
     assert encoder.version == "v0.5"

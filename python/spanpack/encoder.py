@@ -52,6 +52,12 @@ class TraceMsgPackEncoder(TraceEncoder):
         version: str = "v0.4",
         fields: Any = None,
         *,
+        max_size: Optional[int] = None,
+        max_item_size: Optional[int] = None,
+        max_payload_size: Optional[int] = None,
+        lenient: bool = False,
+        intern: bool = True,
+        native_span_events: bool = False,
         language_name: Optional[str] = None,
         language_version: Optional[str] = None,
         tracer_version: Optional[str] = None,
@@ -61,7 +67,6 @@ class TraceMsgPackEncoder(TraceEncoder):
         app_version: Optional[str] = None,
         container_id: Optional[str] = None,
         payload_attributes: Optional[Mapping[str, Any]] = None,
-        **options: Any,
     ) -> None:
         payload_fields = {
             "container_id": container_id,
@@ -91,7 +96,17 @@ class TraceMsgPackEncoder(TraceEncoder):
             preamble = v10_preamble(payload_fields, payload_attributes or {})
         elif given:
             raise TypeError(f"{', '.join(given)}: payload fields are for version \"v1.0\" only")
-        super().__init__(version, fields, _preamble=preamble, **options)
+        super().__init__(
+            version,
+            fields,
+            max_size=max_size,
+            max_item_size=max_item_size,
+            max_payload_size=max_payload_size,
+            lenient=lenient,
+            intern=intern,
+            native_span_events=native_span_events,
+            _preamble=preamble,
+        )
 
     @property
     def endpoint(self) -> str:
