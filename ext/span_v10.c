@@ -371,60 +371,78 @@ v10_move(V10Writer *v10, MovedTag tag, PyObject *key, PyObject *value)
     }
 }
 
-/* Find the meta entries that become fields.  Runs no Python code; only text
+/* Does this meta entry become a field?  Runs no Python code; only text
  * values move (any other value stays, to be refused or dropped as usual). */
+static void
+v10_scan_meta_entry(V10Writer *v10, PyObject *key, PyObject *value, int first_span)
+{
+    if (!is_text(value)) {
+        return;
+    }
+    Py_ssize_t size = PyUnicode_Check(key)  ? PyUnicode_GET_LENGTH(key)
+                      : PyBytes_Check(key) ? PyBytes_GET_SIZE(key)
+                                           : 0;
+    switch (size) {
+    case 3:
+        if (KEY_IS(key, "env")) {
+            v10_move(v10, MOVED_ENV, key, value);
+        }
+        break;
+    case 7:
+        if (KEY_IS(key, "version")) {
+            v10_move(v10, MOVED_VERSION, key, value);
+        }
+        break;
+    case 8:
+        if (first_span && KEY_IS(key, "_dd.p.dm") &&
+            parse_decision_maker(value, &v10->mechanism)) {
+            v10_move(v10, MOVED_DECISION_MAKER, key, value);
+        }
+        break;
+    case 9:
+        if (KEY_IS(key, "component")) {
+            v10_move(v10, MOVED_COMPONENT, key, value);
+        }
+        else if (KEY_IS(key, "span.kind")) {
+            v10_move(v10, MOVED_KIND, key, value);
+        }
+        else if (KEY_IS(key, TRACE_ID_HIGH_KEY)) {
+            uint64_t high;
+            if (first_span && v10->trace_id_high == 0 && parse_trace_id_high(value, &high)) {
+                v10->trace_id_high = high;
+            }
+            v10_move(v10, MOVED_TRACE_ID_HIGH, key, value);
+        }
+        break;
+    case 10:
+        if (v10->origin != NULL && KEY_IS(key, ORIGIN_KEY)) {
+            v10_move(v10, MOVED_ORIGIN, key, value);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* Find the meta entries that become fields (read in place where possible:
+ * nothing here runs Python code). */
 static void
 v10_scan_meta(V10Writer *v10, PyObject *meta, int first_span)
 {
+    DictEntries entries;
+    if (pydict_entries(meta, &entries)) {
+        PyObject *const *entry = entries.keys;
+        for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
+            if (entry[1] != NULL) {
+                v10_scan_meta_entry(v10, entry[0], entry[1], first_span);
+            }
+        }
+        return;
+    }
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(meta, &pos, &key, &value)) {
-        if (!is_text(value)) {
-            continue;
-        }
-        Py_ssize_t size = PyUnicode_Check(key)  ? PyUnicode_GET_LENGTH(key)
-                          : PyBytes_Check(key) ? PyBytes_GET_SIZE(key)
-                                               : 0;
-        switch (size) {
-        case 3:
-            if (KEY_IS(key, "env")) {
-                v10_move(v10, MOVED_ENV, key, value);
-            }
-            break;
-        case 7:
-            if (KEY_IS(key, "version")) {
-                v10_move(v10, MOVED_VERSION, key, value);
-            }
-            break;
-        case 8:
-            if (first_span && KEY_IS(key, "_dd.p.dm") &&
-                parse_decision_maker(value, &v10->mechanism)) {
-                v10_move(v10, MOVED_DECISION_MAKER, key, value);
-            }
-            break;
-        case 9:
-            if (KEY_IS(key, "component")) {
-                v10_move(v10, MOVED_COMPONENT, key, value);
-            }
-            else if (KEY_IS(key, "span.kind")) {
-                v10_move(v10, MOVED_KIND, key, value);
-            }
-            else if (KEY_IS(key, TRACE_ID_HIGH_KEY)) {
-                uint64_t high;
-                if (first_span && v10->trace_id_high == 0 && parse_trace_id_high(value, &high)) {
-                    v10->trace_id_high = high;
-                }
-                v10_move(v10, MOVED_TRACE_ID_HIGH, key, value);
-            }
-            break;
-        case 10:
-            if (v10->origin != NULL && KEY_IS(key, ORIGIN_KEY)) {
-                v10_move(v10, MOVED_ORIGIN, key, value);
-            }
-            break;
-        default:
-            break;
-        }
+        v10_scan_meta_entry(v10, key, value, first_span);
     }
 }
 

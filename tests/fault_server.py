@@ -12,7 +12,8 @@ trace agent: ``GET /info`` lists the endpoints it was given, and a trace
 ``"slow"``               read the body and answer nothing until ``release()``
                          (or 10 s), then close
 
-Every payload body the server read whole is decoded (v0.4 and v0.5) into
+Every payload body the server read whole is decoded (v0.4, v0.5, and v1.0
+with tests/v10_decoder.py) into
 ``received``; those it answered with 2xx also go to ``accepted``.  A writer's
 delivered traces are exactly the accepted ones.
 
@@ -31,6 +32,11 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import msgpack
+
+try:  # tests/ is imported as a package
+    from .v10_decoder import decode as v10_decode
+except ImportError:  # tests/ is on sys.path
+    from v10_decoder import decode as v10_decode
 
 HOST = "127.0.0.1"
 #: A bound on everything that waits, so a broken test fails instead of hanging.
@@ -62,6 +68,11 @@ def decode_traces(path: str, body: bytes) -> List[Tuple[int, int]]:
     if path == "/v0.4/traces":
         traces = msgpack.unpackb(body, raw=False, strict_map_key=False)
         return [(trace[0]["trace_id"], len(trace)) for trace in traces]
+    if path == "/v1.0/traces":
+        chunks = v10_decode(body).get(11, [])
+        # The trace id's low 64 bits, as v0.4 and v0.5 carry them.
+        return [(int.from_bytes(chunk.get(6, bytes(16))[8:], "big"), len(chunk.get(4, ())))
+                for chunk in chunks]
     return []  # a version this helper does not decode
 
 
@@ -211,7 +222,7 @@ class FaultServer:
             return False
         body = _read_exact(reader, length)
         payload = None
-        if path in ("/v0.4/traces", "/v0.5/traces") and method == "PUT":
+        if path in ("/v0.4/traces", "/v0.5/traces", "/v1.0/traces") and method == "PUT":
             payload = Payload(path, headers, body)
             count = headers.get("x-datadog-trace-count")
             if count != str(len(payload.traces)):
