@@ -238,10 +238,10 @@ payload_append(PayloadBuilder *payload, const EncodedPart *part)
         return -1;
     }
     PayloadMark mark = payload_mark(payload);
-    int result = payload->version == 5             ? append_with_indexes(payload, part)
-                 : payload->version == V10_VERSION ? v10_append_part(payload, part)
-                                                   : outbuf_write(&payload->body, part->body.start,
-                                                                  outbuf_len(&part->body));
+    int result = payload->version == 5 ? append_with_indexes(payload, part)
+                 : payload->version == V10_VERSION
+                     ? v10_append_part(payload, part)
+                     : outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body));
     if (result < 0) {
         payload_rollback(payload, mark);
         return -1;

@@ -44,8 +44,7 @@ v10_payload_start(PayloadBuilder *payload, PyObject *preamble)
     PyObject *strings = PyTuple_GET_ITEM(preamble, 2);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(strings); i++) {
         uint32_t index;
-        if (strtable_index(&payload->table, PyTuple_GET_ITEM(strings, i), NULL, NULL, &index) <
-            0) {
+        if (strtable_index(&payload->table, PyTuple_GET_ITEM(strings, i), NULL, NULL, &index) < 0) {
             return -1;
         }
         if (index != (uint32_t)i + 1) {

@@ -379,7 +379,7 @@ v10_scan_meta_entry(V10Writer *v10, PyObject *key, PyObject *value, int first_sp
     if (!is_text(value)) {
         return;
     }
-    Py_ssize_t size = PyUnicode_Check(key)  ? PyUnicode_GET_LENGTH(key)
+    Py_ssize_t size = PyUnicode_Check(key) ? PyUnicode_GET_LENGTH(key)
                       : PyBytes_Check(key) ? PyBytes_GET_SIZE(key)
                                            : 0;
     switch (size) {
@@ -394,8 +394,7 @@ v10_scan_meta_entry(V10Writer *v10, PyObject *key, PyObject *value, int first_sp
         }
         break;
     case 8:
-        if (first_span && KEY_IS(key, "_dd.p.dm") &&
-            parse_decision_maker(value, &v10->mechanism)) {
+        if (first_span && KEY_IS(key, "_dd.p.dm") && parse_decision_maker(value, &v10->mechanism)) {
             v10_move(v10, MOVED_DECISION_MAKER, key, value);
         }
         break;
@@ -708,18 +707,18 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
                             v10->moved_meta - v10->moved_metrics;
     int has_duration = duration_obj != NULL && duration_obj != Py_None;
     int has = (service != NULL && service != Py_None) + (name != NULL && name != Py_None) +
-              (resource != NULL && resource != Py_None) + (span_type != NULL && span_type != Py_None);
-    uint32_t fields = 2 /* span_id, start */ + (uint32_t)has + (parent_id != 0) +
-                      has_duration + error_flag + (attributes > 0) +
-                      (links_count > 0) + (events_count > 0) +
-                      (v10->moved_key[MOVED_ENV] != NULL) +
-                      (v10->moved_key[MOVED_VERSION] != NULL) +
-                      (v10->moved_key[MOVED_COMPONENT] != NULL) +
-                      (v10->moved_key[MOVED_KIND] != NULL);
+              (resource != NULL && resource != Py_None) +
+              (span_type != NULL && span_type != Py_None);
+    uint32_t fields =
+        2 /* span_id, start */ + (uint32_t)has + (parent_id != 0) + has_duration + error_flag +
+        (attributes > 0) + (links_count > 0) + (events_count > 0) +
+        (v10->moved_key[MOVED_ENV] != NULL) + (v10->moved_key[MOVED_VERSION] != NULL) +
+        (v10->moved_key[MOVED_COMPONENT] != NULL) + (v10->moved_key[MOVED_KIND] != NULL);
     if (mp_write_map_header(w->out, fields) < 0 ||
         (service != NULL && service != Py_None &&
          v10_write_text_field(w, V10_SPAN_SERVICE, service, "service") < 0) ||
-        (name != NULL && name != Py_None && v10_write_text_field(w, V10_SPAN_NAME, name, "name") < 0) ||
+        (name != NULL && name != Py_None &&
+         v10_write_text_field(w, V10_SPAN_NAME, name, "name") < 0) ||
         (resource != NULL && resource != Py_None &&
          v10_write_text_field(w, V10_SPAN_RESOURCE, resource, "resource") < 0) ||
         outbuf_reserve(w->out, 4 * 10 + 2) < 0) {
@@ -741,17 +740,15 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         mp_put_byte(w->out, V10_SPAN_ERROR);
         mp_put_byte(w->out, 0xc3);
     }
-    if ((attributes > 0) &&
-        v10_write_attributes(v10, meta, metrics, meta_struct, attributes) < 0) {
+    if ((attributes > 0) && v10_write_attributes(v10, meta, metrics, meta_struct, attributes) < 0) {
         goto error;
     }
     if (span_type != NULL && span_type != Py_None &&
         v10_write_text_field(w, V10_SPAN_TYPE, span_type, "span_type") < 0) {
         goto error;
     }
-    if (links_count > 0 &&
-        v10_write_converted(w, V10_SPAN_LINKS, w->state->links_for_v10, v.value[SF_LINKS], "links") <
-            0) {
+    if (links_count > 0 && v10_write_converted(w, V10_SPAN_LINKS, w->state->links_for_v10,
+                                               v.value[SF_LINKS], "links") < 0) {
         goto error;
     }
     if (events_count > 0 && v10_write_converted(w, V10_SPAN_EVENTS, w->state->events_for_v10,
@@ -763,7 +760,8 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         (v10->moved_key[MOVED_VERSION] != NULL &&
          v10_write_text_field(w, V10_SPAN_VERSION, v10->moved_value[MOVED_VERSION], "meta") < 0) ||
         (v10->moved_key[MOVED_COMPONENT] != NULL &&
-         v10_write_text_field(w, V10_SPAN_COMPONENT, v10->moved_value[MOVED_COMPONENT], "meta") < 0)) {
+         v10_write_text_field(w, V10_SPAN_COMPONENT, v10->moved_value[MOVED_COMPONENT], "meta") <
+             0)) {
         goto error;
     }
     /* A span.kind tag: its OTel number (no tag: no kind, OTel's unspecified). */

@@ -197,16 +197,9 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static int
 trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"version",
-                               "fields",
-                               "max_size",
-                               "max_item_size",
-                               "max_payload_size",
-                               "lenient",
-                               "intern",
-                               "native_span_events",
-                               "_preamble",
-                               NULL};
+    static char *keywords[] = {"version",          "fields",  "max_size", "max_item_size",
+                               "max_payload_size", "lenient", "intern",   "native_span_events",
+                               "_preamble",        NULL};
     const char *version = "v0.4";
     PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL, *max_payload_size = NULL;
     PyObject *preamble = Py_None;
