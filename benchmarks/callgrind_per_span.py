@@ -2,6 +2,7 @@
 
     python benchmarks/callgrind_per_span.py                       # all shapes, v0.4 + v0.5, slotted objects
     python benchmarks/callgrind_per_span.py --shapes web no_tags --repeat 5
+    python benchmarks/callgrind_per_span.py --versions v0.5 v1.0     # v1.0 against v0.5
     python benchmarks/callgrind_per_span.py --ddtrace             # + ddtrace spans, spanpack put+encode
                                                                   #   and ddtrace's own encoder on them
     python benchmarks/callgrind_per_span.py --max-spans 2000      # trim every shape to 2000 spans
@@ -230,7 +231,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--driver", help=argparse.SUPPRESS)
     parser.add_argument("--shapes", nargs="+", default=None)
-    parser.add_argument("--versions", nargs="+", choices=["v0.4", "v0.5"], default=["v0.4", "v0.5"])
+    parser.add_argument("--versions", nargs="+", choices=["v0.4", "v0.5", "v1.0"], default=["v0.4", "v0.5"])
     parser.add_argument("--repeat", type=int, default=3, help="calls per measurement (default 3)")
     parser.add_argument("--max-spans", type=int, default=0,
                         help="trim every shape to at most this many spans")

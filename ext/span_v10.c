@@ -95,27 +95,25 @@ v10_write_id(SpanWriter *w, uint32_t index)
 static SP_NOINLINE int
 v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key)
 {
+    uint32_t index;
+    Py_hash_t hash = PyObject_Hash(str); /* an exact str: cached, cannot fail */
+    if (hash == -1) {
+        return -1;
+    }
+    if (strtable_find(w->strings, str, hash, &index)) {
+        return v10_write_id(w, index); /* equal text seen before */
+    }
+    /* New to the table: checked to be UTF-8 (lone surrogates are not). */
     Py_ssize_t size;
     const char *utf8 = span_utf8(w, str, field, key, &size);
     if (utf8 == NULL) {
         return -1;
     }
-    uint32_t index;
-    if (size == 0) {
-        return mp_write_uint(w->out, 0);
-    }
     if (w->holes != NULL) {
-        if (strtable_index(w->strings, str, NULL, NULL, &index) < 0) {
+        if (strtable_insert(w->strings, str, hash, NULL, NULL, &index) < 0) {
             return -1;
         }
         return v10_write_id(w, index);
-    }
-    Py_hash_t hash = PyObject_Hash(str);
-    if (hash == -1) {
-        return -1;
-    }
-    if (strtable_find(w->strings, str, hash, &index)) {
-        return mp_write_uint(w->out, index);
     }
     Py_ssize_t before = outbuf_len(w->out);
     if (mp_write_str(w->out, utf8, size, 1) < 0) {
