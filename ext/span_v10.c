@@ -154,7 +154,7 @@ v10_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
 }
 
 /* Text (str, bytes, bytearray; None as ""), streamed. */
-static inline int
+static SP_ALWAYS_INLINE int
 v10_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
     uint32_t index;
@@ -347,6 +347,9 @@ parse_trace_id_high(PyObject *value, uint64_t *high)
 static void
 v10_moved_release(V10Writer *v10)
 {
+    if (v10->moved_meta + v10->moved_metrics == 0) {
+        return; /* every slot is empty */
+    }
     for (int i = 0; i < MOVED_COUNT; i++) {
         Py_CLEAR(v10->moved_key[i]);
         Py_CLEAR(v10->moved_value[i]);
