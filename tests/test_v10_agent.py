@@ -370,3 +370,45 @@ def test_nan_metrics_compare_as_text():
     assert normalized([[{"span_id": 1, "trace_id": 1, "metrics": {"m": math.nan}}]]) == normalized(
         [[{"span_id": 1, "trace_id": 1, "metrics": {"m": math.nan}}]]
     )
+
+
+# ---------------------------------------------------------------------------
+# Atomicity: a failed trace streams nothing
+
+
+def _failing_copy(trace: List[Dict[str, Any]], position: int) -> List[Dict[str, Any]]:
+    """The trace with fresh strings everywhere before a bad span at
+    `position` (its meta value is an int), so a leak of the strings the
+    failed trace streamed would change every later id."""
+    spans = [dict(span, service="fresh-service-%d" % i, resource="fresh-%d" % i,
+                  meta={**span["meta"], "fresh-key-%d" % i: "fresh-value-%d" % i})
+             for i, span in enumerate(trace)]
+    spans.insert(position, dict(spans[0], meta={"fresh-bad": 1}))
+    return spans
+
+
+@DECODER_PROPERTY
+@given(traces=v10_traces(max_traces=3), data=st.data())
+def test_failed_trace_leaves_no_trace(traces, data):
+    """put() and encode_traces() of a trace that fails part-way (after
+    streaming new strings) leave the encoder as it was: the payloads equal
+    those of an encoder that never saw the trace."""
+    good = _form(traces, "dict")
+    failing_at = data.draw(st.integers(0, len(good)), label="failing trace position")
+    bad = _failing_copy(good[0], data.draw(st.integers(1, len(good[0])), label="bad span"))
+    reference = TraceMsgPackEncoder("v1.0")
+    for trace in good:
+        reference.put(trace)
+    expected = reference.encode()
+    encoder = TraceMsgPackEncoder("v1.0")
+    for index, trace in enumerate(good):
+        if index == failing_at:
+            with pytest.raises(TypeError, match="meta key 'fresh-bad'"):
+                encoder.put(bad)
+            with pytest.raises(TypeError, match="meta key 'fresh-bad'"):
+                encoder.encode_traces([bad])
+        encoder.put(trace)
+    if failing_at == len(good):
+        with pytest.raises(TypeError):
+            encoder.put(bad)
+    assert encoder.encode() == expected
