@@ -12,30 +12,14 @@
 #define SP_AUDIT_READ Py_AUDIT_READ
 #endif
 
-const char *const span_field_names[SF_COUNT] = {
-    [SF_TRACE_ID] = "trace_id",
-    [SF_SPAN_ID] = "span_id",
-    [SF_PARENT_ID] = "parent_id",
-    [SF_SERVICE] = "service",
-    [SF_NAME] = "name",
-    [SF_RESOURCE] = "resource",
-    [SF_SPAN_TYPE] = "span_type",
-    [SF_START] = "start_ns",
-    [SF_DURATION] = "duration_ns",
-    [SF_ERROR] = "error",
-    [SF_META] = "meta",
-    [SF_METRICS] = "metrics",
-    [SF_META_STRUCT] = "meta_struct",
-    [SF_LINKS] = "links",
-    [SF_EVENTS] = "events",
-    [SF_ORIGIN] = "origin",
-};
+#define SF_NAME_ENTRY(constant, name, ddtrace, per_span, prefetched, required) [constant] = name,
+const char *const span_field_names[SF_COUNT] = {SPAN_FIELDS(SF_NAME_ENTRY)};
+#undef SF_NAME_ENTRY
 
-/* Where ddtrace's pure-Python Span (4.x) keeps each field. */
-static const char *const ddtrace_attributes[SF_COUNT] = {
-    [SF_META] = "_meta",   [SF_METRICS] = "_metrics", [SF_META_STRUCT] = "_meta_struct",
-    [SF_LINKS] = "_links", [SF_EVENTS] = "_events",   [SF_ORIGIN] = "context.dd_origin",
-};
+#define SF_DDTRACE_ENTRY(constant, name, ddtrace, per_span, prefetched, required)                  \
+    [constant] = ddtrace,
+const char *const span_field_ddtrace_attributes[SF_COUNT] = {SPAN_FIELDS(SF_DDTRACE_ENTRY)};
+#undef SF_DDTRACE_ENTRY
 
 static int
 field_index(PyObject *name)
@@ -93,7 +77,7 @@ static void
 list_required_span_fields(SpanFieldReader *reader)
 {
     reader->required_span_count = 0;
-    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+    for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
         if (reader->required & (1u << i)) {
             reader->required_span_fields[reader->required_span_count++] = (SpanField)i;
         }
@@ -146,8 +130,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
         reader->attribute[i] = Py_NewRef(reader->dict_key[i]);
     }
     index_dict_keys(reader);
-    reader->required =
-        (1u << SF_TRACE_ID) | (1u << SF_SPAN_ID) | (1u << SF_NAME) | (1u << SF_START);
+    reader->required = SF_REQUIRED_FIELDS;
     list_required_span_fields(reader);
     if (fields == NULL || fields == Py_None) {
         return 0;
@@ -159,10 +142,10 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
             goto error;
         }
         for (int i = 0; i < SF_COUNT; i++) {
-            if (ddtrace_attributes[i] == NULL) {
-                continue;
+            if (strcmp(span_field_ddtrace_attributes[i], span_field_names[i]) == 0) {
+                continue; /* the default attribute already */
             }
-            PyObject *name = PyUnicode_FromString(ddtrace_attributes[i]);
+            PyObject *name = PyUnicode_FromString(span_field_ddtrace_attributes[i]);
             if (name == NULL) {
                 goto error;
             }
@@ -287,8 +270,7 @@ member_slot_offset(PyTypeObject *type, PyObject *descr)
  * result is a new reference in access->object and nothing else is trusted
  * across it.  Never fails. */
 static void
-classify_attribute(PyTypeObject *type, PyObject *attribute, FieldAccess *access,
-                   Py_ssize_t *offset)
+classify_attribute(PyTypeObject *type, PyObject *attribute, FieldAccess *access, Py_ssize_t *offset)
 {
     access->object = NULL;
     *offset = 0;
@@ -422,15 +404,6 @@ get_attribute_path(PyObject *obj, PyObject *path, PyObject **value)
     return 0;
 }
 
-/* Fields whose values are worth loading ahead: ids, times, text and tag
- * dicts are distinct objects per span; error (a small int), meta_struct,
- * links and events are nearly always shared singletons (0, None). */
-static int
-prefetched_field(int field)
-{
-    return field != SF_ERROR && field != SF_META_STRUCT && field != SF_LINKS && field != SF_EVENTS;
-}
-
 /* The derived parts of a layout: which fields need calls, the packed slot
  * list, and what to prefetch. */
 static void
@@ -463,11 +436,11 @@ layout_index(SpanTypeLayout *layout, PyTypeObject *type, PyObject *const *attrib
         if (source != FIELD_SLOT && source != FIELD_ABSENT) {
             layout->call_fields |= 1u << i;
         }
-        if (source != FIELD_SLOT || i < SF_SPAN_ID || i > SF_EVENTS) {
+        if (source != FIELD_SLOT || !(SF_PER_SPAN_FIELDS & (1u << i))) {
             continue;
         }
         layout->slot_fields[layout->slot_field_count++] = (signed char)i;
-        if (prefetched_field(i)) {
+        if (SF_PREFETCHED_FIELDS & (1u << i)) {
             layout->slot_offsets[layout->slot_count++] = layout->offset[i];
         }
     }
@@ -642,8 +615,8 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
         if (!(pending & (1u << i))) {
             continue;
         }
-        if (result == 0 && read_access(span, type, &calls[i], 0, reader->attribute[i],
-                                       &values->value[i]) < 0) {
+        if (result == 0 &&
+            read_access(span, type, &calls[i], 0, reader->attribute[i], &values->value[i]) < 0) {
             values->failed = i;
             result = -1;
         }
@@ -785,8 +758,8 @@ spanvalues_release(SpanValues *values)
 static void
 mark_borrowed(SpanValues *values)
 {
-    values->first = SF_SPAN_ID;
-    values->last = SF_EVENTS;
+    values->first = SF_FIRST_PER_SPAN;
+    values->last = SF_LAST_PER_SPAN;
     values->borrowed = 1;
     values->failed = -1;
 #ifdef SP_CHECK_BORROWED
@@ -806,7 +779,7 @@ read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValue
     if (!pydict_entries(span, &entries) || entries.stride != 2) {
         return 0; /* only dicts whose keys are all str */
     }
-    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+    for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
         values->value[i] = NULL;
     }
     PyObject *const *entry = entries.keys;
@@ -818,7 +791,7 @@ read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValue
             return 0;
         }
         int field = field_of_key(reader, entry[0]);
-        if (field >= SF_SPAN_ID && field <= SF_EVENTS) {
+        if (field >= SF_FIRST_PER_SPAN && field <= SF_LAST_PER_SPAN) {
             values->value[field] = entry[1];
         }
     }
@@ -830,7 +803,7 @@ int
 spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, SpanValues *values)
 {
 #ifndef Py_GIL_DISABLED /* without the GIL another thread could free them */
-    const uint32_t span_fields = fields_mask(SF_SPAN_ID, SF_EVENTS);
+    const uint32_t span_fields = SF_PER_SPAN_FIELDS;
     if (may_borrow && PyDict_Check(span)) {
         if (read_dict_span_in_place(reader, span, values)) {
             return 0;
@@ -844,19 +817,19 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
         uint32_t instance_fields = layout->instance_fields & span_fields;
         if ((layout->call_fields & ~instance_fields & span_fields) == 0 &&
             layout->type == Py_TYPE(span)) {
-            if (layout->slot_field_count == SF_EVENTS - SF_SPAN_ID + 1) {
+            if (layout->slot_field_count == SF_PER_SPAN_COUNT) {
                 /* Every field a slot: one straight run of loads. */
-                for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+                for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
                     values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
                 }
                 mark_borrowed(values);
                 return 0;
             }
-            for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+            for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
                 values->value[i] = NULL;
             }
-            if (instance_fields == 0 || read_instance_fields(layout, span, instance_fields,
-                                                             values->value)) {
+            if (instance_fields == 0 ||
+                read_instance_fields(layout, span, instance_fields, values->value)) {
                 for (int k = 0; k < layout->slot_field_count; k++) {
                     int field = layout->slot_fields[k];
                     values->value[field] = *(PyObject **)((char *)span + layout->offset[field]);
@@ -869,7 +842,7 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
 #else
     (void)may_borrow;
 #endif
-    return spanfields_read(reader, span, SF_SPAN_ID, SF_EVENTS, values);
+    return spanfields_read(reader, span, SF_FIRST_PER_SPAN, SF_LAST_PER_SPAN, values);
 }
 
 void
