@@ -20,11 +20,6 @@
  * this many characters. */
 #define CUT_TEXT_LEN (TRUNCATED_PREFIX_LEN + (Py_ssize_t)sizeof(TRUNCATION_SUFFIX) - 1)
 
-#define ORIGIN_KEY "_dd.origin"
-#define TRACE_ID_HIGH_KEY "_dd.p.tid"
-#define SPAN_LINKS_KEY "_dd.span_links"
-#define SPAN_EVENTS_KEY "events"
-
 /* A v0.5 string reference not yet written: the body leaves it out and the
  * join writes the payload-table index in its place. */
 typedef struct {
