@@ -2,6 +2,7 @@
  * initialisation (PEP 489) and the module-level functions. */
 #include "mpwrite.h"
 #include "packer.h"
+#include "spanfields.h"
 #include "state.h"
 
 SpanpackState *
@@ -35,6 +36,38 @@ intern_names(SpanpackState *state)
     }
     SPANPACK_STATE_STRINGS(INTERN_STRING)
 #undef INTERN_STRING
+    return 0;
+}
+
+/* The wire constants (wire.h) and the span field names as module constants,
+ * for the Python side to import instead of restating them.  Added before
+ * spanpack._extras is imported, which imports some of them. */
+static int
+add_constants(PyObject *module)
+{
+    PyObject *names = PyTuple_New(SF_COUNT);
+    if (names == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < SF_COUNT; i++) {
+        PyObject *name = PyUnicode_InternFromString(span_field_names[i]);
+        if (name == NULL) {
+            Py_DECREF(names);
+            return -1;
+        }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    int result = PyModule_AddObjectRef(module, "SPAN_FIELDS", names);
+    Py_DECREF(names);
+    if (result < 0 || PyModule_AddIntConstant(module, "MAX_TEXT_LEN", MAX_TEXT_LEN) < 0 ||
+        PyModule_AddIntConstant(module, "TRUNCATED_PREFIX_LEN", TRUNCATED_PREFIX_LEN) < 0 ||
+        PyModule_AddStringConstant(module, "TRUNCATION_SUFFIX", TRUNCATION_SUFFIX) < 0 ||
+        PyModule_AddStringConstant(module, "ORIGIN_KEY", ORIGIN_KEY) < 0 ||
+        PyModule_AddStringConstant(module, "TRACE_ID_HIGH_KEY", TRACE_ID_HIGH_KEY) < 0 ||
+        PyModule_AddStringConstant(module, "SPAN_LINKS_KEY", SPAN_LINKS_KEY) < 0 ||
+        PyModule_AddStringConstant(module, "SPAN_EVENTS_KEY", SPAN_EVENTS_KEY) < 0) {
+        return -1;
+    }
     return 0;
 }
 
@@ -86,7 +119,8 @@ static int
 spanpack_exec(PyObject *module)
 {
     SpanpackState *state = spanpack_state_from_module(module);
-    if (intern_names(state) < 0 || import_attributes(state) < 0 || init_epoch(state) < 0) {
+    if (intern_names(state) < 0 || add_constants(module) < 0 || import_attributes(state) < 0 ||
+        init_epoch(state) < 0) {
         return -1;
     }
     if (!PyType_Check(state->ext_type) || !PyType_Check(state->timestamp_type)) {

@@ -10,12 +10,8 @@
 #include "pydict.h"
 #include "pyint.h"
 #include "spanfields.h"
+#include "wire.h"
 
-/* Strings longer than this (code points for str, bytes for bytes) are cut to
- * TRUNCATED_PREFIX_LEN units followed by TRUNCATION_SUFFIX, as ddtrace does. */
-#define MAX_TEXT_LEN 25000
-#define TRUNCATED_PREFIX_LEN 2486
-#define TRUNCATION_SUFFIX "<truncated>..."
 /* The length of a cut str: every str longer than MAX_TEXT_LEN becomes one of
  * this many characters. */
 #define CUT_TEXT_LEN (TRUNCATED_PREFIX_LEN + (Py_ssize_t)sizeof(TRUNCATION_SUFFIX) - 1)

@@ -6,6 +6,7 @@
 #define SPANPACK_STATE_H
 
 #include "compat.h"
+#include "wire.h"
 
 /* Every object the state holds, in one list per kind, so that the struct,
  * module exec, traverse and clear cannot drift apart.  Adding an object is
@@ -57,12 +58,6 @@
     X(str_trace_id_high_key, TRACE_ID_HIGH_KEY)                                                    \
     X(str_span_links_key, SPAN_LINKS_KEY)                                                          \
     X(str_events_key, SPAN_EVENTS_KEY)
-
-/* Meta keys the span writers add (the reference tracer's names). */
-#define ORIGIN_KEY "_dd.origin"
-#define TRACE_ID_HIGH_KEY "_dd.p.tid"
-#define SPAN_LINKS_KEY "_dd.span_links"
-#define SPAN_EVENTS_KEY "events"
 
 typedef struct {
 #define SP_STATE_TYPE_MEMBER(member) PyTypeObject *member;

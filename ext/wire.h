@@ -1,0 +1,22 @@
+/* Constants of the agent protocol that the span writers, the payload joiner
+ * and the Python side share.  The module exports each of them (module.c), and
+ * spanpack's Python code and tests import them from there instead of
+ * restating them. */
+#ifndef SPANPACK_WIRE_H
+#define SPANPACK_WIRE_H
+
+/* Strings longer than this (code points for str, bytes for bytes) are cut to
+ * TRUNCATED_PREFIX_LEN units followed by TRUNCATION_SUFFIX, as ddtrace does. */
+#define MAX_TEXT_LEN 25000
+#define TRUNCATED_PREFIX_LEN 2486
+#define TRUNCATION_SUFFIX "<truncated>..."
+
+/* Meta keys the span writers add (the reference tracer's names): the trace's
+ * origin, the high half of a 128-bit trace id, and links and events as JSON
+ * text. */
+#define ORIGIN_KEY "_dd.origin"
+#define TRACE_ID_HIGH_KEY "_dd.p.tid"
+#define SPAN_LINKS_KEY "_dd.span_links"
+#define SPAN_EVENTS_KEY "events"
+
+#endif /* SPANPACK_WIRE_H */
