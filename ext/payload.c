@@ -1,6 +1,9 @@
 /* Joining encoded traces into v0.4 and v0.5 payloads. */
 #include "payload.h"
 
+#include "mpwrite.h"
+#include "wire.h"
+
 /* The first two entries of every v0.5 string table, as in the reference
  * tracer: "" (also what None maps to) and the origin key. */
 static int

@@ -8,6 +8,7 @@
  *            buffer untouched and concurrent put()/encode() never tear.
  *            encode() -> [(payload, trace_count), ...]. */
 #include "payload.h"
+#include "tracewrite.h"
 
 #include <structmember.h>
 
