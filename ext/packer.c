@@ -188,7 +188,7 @@ pack_float(const PackOptions *options, OutBuf *buf, double value)
         return -1;
     }
 #endif
-    buf->pos[0] = (char)0xca;
+    buf->pos[0] = (char)MP_FLOAT32;
     buf->pos += 5;
     return 0;
 }
@@ -667,10 +667,10 @@ pack_value(const PackOptions *options, OutBuf *buf, PyObject *obj, int will_defa
         return pack_float(options, buf, PyFloat_AS_DOUBLE(obj));
     }
     if (obj == Py_None) {
-        return mp_write_byte(buf, 0xc0);
+        return mp_write_byte(buf, MP_NIL);
     }
     if (type == &PyBool_Type) {
-        return mp_write_byte(buf, obj == Py_True ? 0xc3 : 0xc2);
+        return mp_write_byte(buf, obj == Py_True ? MP_TRUE : MP_FALSE);
     }
     if (type == &PyDict_Type) {
         return pack_exact_dict(options, buf, obj, nest_limit);

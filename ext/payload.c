@@ -244,7 +244,7 @@ static void
 put_prefix(const PayloadBuilder *payload, OutBuf *head)
 {
     if (payload->version == 5) {
-        mp_put_byte(head, 0x92);
+        mp_put_byte(head, MP_FIXARRAY | 2); /* [table, traces] */
         mp_put_array_header(head, payload->table.count);
         Py_ssize_t table_len = outbuf_len(&payload->table.encoded);
         memcpy(head->pos, payload->table.encoded.start, (size_t)table_len);

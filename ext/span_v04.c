@@ -17,7 +17,7 @@ v04_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
                     int allow_none)
 {
     if (value == Py_None && allow_none) {
-        return mp_write_byte(w->out, 0xc0);
+        return mp_write_byte(w->out, MP_NIL);
     }
     if (value == Py_None) {
         return span_error(w, PyExc_TypeError, field, key, "expected str or bytes, not None");
@@ -325,12 +325,12 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         mp_put_int(w->out, duration);
     }
     else {
-        mp_put_byte(w->out, 0xc0);
+        mp_put_byte(w->out, MP_NIL);
     }
     if (has_error) {
         PUT_KEY(w, "\xa5"
                    "error");
-        mp_put_byte(w->out, 0x01);
+        mp_put_byte(w->out, MP_POSITIVE_FIXINT | 1);
     }
     if (has_type &&
         (WRITE_KEY(w, "\xa4type") < 0 || v04_write_text(w, span_type, "span_type", NULL, 0) < 0)) {

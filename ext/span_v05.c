@@ -223,7 +223,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         goto error;
     }
 
-    if (mp_write_byte(w->out, 0x90 | V05_SPAN_ELEMENTS) < 0 ||
+    if (mp_write_byte(w->out, MP_FIXARRAY | V05_SPAN_ELEMENTS) < 0 ||
         v05_write_text(w, v.value[SF_SERVICE], "service", NULL) < 0 ||
         v05_write_text(w, v.value[SF_NAME], "name", NULL) < 0 ||
         v05_write_text(w, v.value[SF_RESOURCE], "resource", NULL) < 0 ||

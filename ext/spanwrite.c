@@ -545,7 +545,7 @@ map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
         mp_put_map_header(w->out, (uint32_t)count);
         return 0;
     }
-    w->out->pos[0] = (char)0xdf;
+    w->out->pos[0] = (char)MP_MAP32;
     w->out->pos += 5;
     return 0;
 }

@@ -193,8 +193,8 @@ static inline int
 map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 {
     *header_pos = outbuf_len(w->out);
-    if (SP_LIKELY(!w->lenient && count < 16 && w->out->pos < w->out->end)) {
-        mp_put_byte(w->out, (unsigned char)(0x80 | count));
+    if (SP_LIKELY(!w->lenient && count < MP_FIXMAP_LIMIT && w->out->pos < w->out->end)) {
+        mp_put_byte(w->out, (unsigned char)(MP_FIXMAP | count));
         return 0;
     }
     return map_begin_slow(w, count, header_pos);
