@@ -60,6 +60,48 @@ enum {
 #define MP_FIXARRAY_LIMIT 16
 #define MP_FIXSTR_LIMIT 32
 
+/* The fixstr header byte for a text of n bytes (MP_FIXSTR | n) as a string
+ * literal, to join in front of a compile-time key: a whole literal is copied
+ * with immediate moves, a byte computed apart costs a store of its own.  As a
+ * separate literal it also cannot swallow the text's first characters into
+ * its escape ("\xa5" "error", not "\xa5error"). */
+#define MP_FIXSTR_HEADER(n) MP_FIXSTR_HEADER_(n)
+#define MP_FIXSTR_HEADER_(n) MP_FIXSTR_HEADER_##n
+/* clang-format off */
+#define MP_FIXSTR_HEADER_0 "\xa0"
+#define MP_FIXSTR_HEADER_1 "\xa1"
+#define MP_FIXSTR_HEADER_2 "\xa2"
+#define MP_FIXSTR_HEADER_3 "\xa3"
+#define MP_FIXSTR_HEADER_4 "\xa4"
+#define MP_FIXSTR_HEADER_5 "\xa5"
+#define MP_FIXSTR_HEADER_6 "\xa6"
+#define MP_FIXSTR_HEADER_7 "\xa7"
+#define MP_FIXSTR_HEADER_8 "\xa8"
+#define MP_FIXSTR_HEADER_9 "\xa9"
+#define MP_FIXSTR_HEADER_10 "\xaa"
+#define MP_FIXSTR_HEADER_11 "\xab"
+#define MP_FIXSTR_HEADER_12 "\xac"
+#define MP_FIXSTR_HEADER_13 "\xad"
+#define MP_FIXSTR_HEADER_14 "\xae"
+#define MP_FIXSTR_HEADER_15 "\xaf"
+#define MP_FIXSTR_HEADER_16 "\xb0"
+#define MP_FIXSTR_HEADER_17 "\xb1"
+#define MP_FIXSTR_HEADER_18 "\xb2"
+#define MP_FIXSTR_HEADER_19 "\xb3"
+#define MP_FIXSTR_HEADER_20 "\xb4"
+#define MP_FIXSTR_HEADER_21 "\xb5"
+#define MP_FIXSTR_HEADER_22 "\xb6"
+#define MP_FIXSTR_HEADER_23 "\xb7"
+#define MP_FIXSTR_HEADER_24 "\xb8"
+#define MP_FIXSTR_HEADER_25 "\xb9"
+#define MP_FIXSTR_HEADER_26 "\xba"
+#define MP_FIXSTR_HEADER_27 "\xbb"
+#define MP_FIXSTR_HEADER_28 "\xbc"
+#define MP_FIXSTR_HEADER_29 "\xbd"
+#define MP_FIXSTR_HEADER_30 "\xbe"
+#define MP_FIXSTR_HEADER_31 "\xbf"
+/* clang-format on */
+
 /* The largest header or scalar (uint64 / int64 / float64): 1 + 8 bytes. */
 #define MP_MAX_HEADER 9
 /* Item counts and lengths above this do not fit in a 32-bit header. */
