@@ -195,13 +195,13 @@ append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
     for (uint32_t i = 0; i < local->count; i++) {
         if (strtable_index(&payload->table, local->strings[i], payload_encode_table_entry, NULL,
                            &index_map[i]) < 0) {
-            goto error;
+            goto done;
         }
     }
     Py_ssize_t body_len = outbuf_len(&part->body);
     /* Each hole widens to at most MP_MAX_HEADER bytes. */
     if (outbuf_reserve(&payload->body, body_len + part->holes.count * MP_MAX_HEADER) < 0) {
-        goto error;
+        goto done;
     }
     Py_ssize_t copied = 0;
     for (Py_ssize_t h = 0; h < part->holes.count; h++) {
@@ -215,7 +215,7 @@ append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
     memcpy(payload->body.pos, part->body.start + copied, (size_t)(body_len - copied));
     payload->body.pos += body_len - copied;
     result = 0;
-error:
+done:
     PyMem_Free(index_map);
     return result;
 }

@@ -300,7 +300,7 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int64_t start = 0, duration = 0;
     int has_error;
     if (check_required_fields(w, &v) < 0) {
-        goto error;
+        goto done;
     }
     int has_parent = parent != NULL && parent != Py_None;
     int has_duration = duration_obj != NULL && duration_obj != Py_None;
@@ -309,16 +309,16 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         span_int64(w, v.value[SF_START], "start_ns", &start) < 0 ||
         (has_duration && span_int64(w, duration_obj, "duration_ns", &duration) < 0) ||
         span_error_flag(w, v.value[SF_ERROR], &has_error) < 0) {
-        goto error;
+        goto done;
     }
     if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0 ||
         check_dict_field(w, meta_struct, "meta_struct") < 0) {
-        goto error;
+        goto done;
     }
     Py_ssize_t links_count = field_length(w, v.value[SF_LINKS], "links");
     Py_ssize_t events_count = field_length(w, v.value[SF_EVENTS], "events");
     if (links_count < 0 || events_count < 0) {
-        goto error;
+        goto done;
     }
     int has_type = span_type != NULL && span_type != Py_None;
     int has_links = links_count > 0;
@@ -329,12 +329,12 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int add_trace_id_high = 0;
     if (w->span_index == 0 && info->trace_id_high != 0 &&
         meta_lacks_trace_id_high(w, meta, &add_trace_id_high) < 0) {
-        goto error;
+        goto done;
     }
     if (events_count > 0 && !w->native_span_events) {
         events_text = events_json(w, v.value[SF_EVENTS]);
         if (events_text == NULL) {
-            goto error;
+            goto done;
         }
     }
     int has_meta = (meta != NULL && meta != Py_None && PyDict_GET_SIZE(meta) > 0) ||
@@ -343,7 +343,7 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     uint32_t key_count = 7 + has_parent + has_error + has_type + has_links + native_events +
                          has_meta + has_meta_struct + has_metrics;
     if (outbuf_reserve(w->out, V04_IDS_MAX_SIZE) < 0) {
-        goto error;
+        goto done;
     }
     mp_put_map_header(w->out, key_count);
     PUT_KEY(w, KEY_TRACE_ID);
@@ -360,7 +360,7 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         v04_write_text(w, resource ? resource : Py_None, "resource", NULL, 1) < 0 ||
         WRITE_KEY(w, KEY_NAME) < 0 || v04_write_text(w, v.value[SF_NAME], "name", NULL, 1) < 0 ||
         outbuf_reserve(w->out, V04_TIMES_MAX_SIZE) < 0) {
-        goto error;
+        goto done;
     }
     PUT_KEY(w, KEY_START);
     mp_put_int(w->out, start);
@@ -377,27 +377,27 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     }
     if (has_type &&
         (WRITE_KEY(w, KEY_TYPE) < 0 || v04_write_text(w, span_type, "span_type", NULL, 0) < 0)) {
-        goto error;
+        goto done;
     }
     if (has_links && v04_write_converted(w, KEY_BYTES_AND_SIZE(KEY_SPAN_LINKS), links_for_v04,
                                          v.value[SF_LINKS], "links") < 0) {
-        goto error;
+        goto done;
     }
     if (native_events && v04_write_converted(w, KEY_BYTES_AND_SIZE(KEY_SPAN_EVENTS), events_for_v04,
                                              v.value[SF_EVENTS], "events") < 0) {
-        goto error;
+        goto done;
     }
     if (has_meta && v04_write_meta(w, meta, info, add_trace_id_high, events_text) < 0) {
-        goto error;
+        goto done;
     }
     if (has_meta_struct && v04_write_meta_struct(w, meta_struct) < 0) {
-        goto error;
+        goto done;
     }
     if (has_metrics && v04_write_metrics(w, metrics) < 0) {
-        goto error;
+        goto done;
     }
     result = 0;
-error:
+done:
     Py_XDECREF(events_text);
     span_values_release(w, &v);
     return result;

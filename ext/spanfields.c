@@ -49,14 +49,14 @@ attribute_from_name(PyObject *name)
     parts = PyUnicode_Split(name, dot, -1);
     Py_DECREF(dot);
     if (parts == NULL) {
-        goto error;
+        goto done;
     }
     Py_ssize_t count = PyList_GET_SIZE(parts);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *part = PyList_GET_ITEM(parts, i);
         if (PyUnicode_GET_LENGTH(part) == 0) {
             PyErr_Format(PyExc_ValueError, "invalid attribute path %R in fields", name);
-            goto error;
+            goto done;
         }
         Py_INCREF(part);
         PyUnicode_InternInPlace(&part);
@@ -68,7 +68,7 @@ attribute_from_name(PyObject *name)
     else {
         result = PyList_AsTuple(parts);
     }
-error:
+done:
     Py_XDECREF(parts);
     return result;
 }

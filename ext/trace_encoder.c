@@ -334,7 +334,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
         int failed = write_into_payload(self, &payload, trace, i, &trace_dropped) < 0;
         Py_DECREF(trace);
         if (failed) {
-            goto error;
+            goto done;
         }
         dropped += trace_dropped;
     }
@@ -344,7 +344,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
         Py_ssize_t size = PyBytes_GET_SIZE(result);
         self->size_hint = size < MAX_SIZE_HINT ? size + size / 16 : MAX_SIZE_HINT;
     }
-error:
+done:
     payload_free(&payload);
     Py_DECREF(items);
     return result;
@@ -418,11 +418,11 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
     for (Py_ssize_t i = 0; i < count; i++) {
         EncodedTraceObject *item = (EncodedTraceObject *)PySequence_Fast_GET_ITEM(items, i);
         if (payload_append(&payload, &item->part) < 0) {
-            goto error;
+            goto done;
         }
     }
     result = payload_finish(&payload);
-error:
+done:
     payload_free(&payload);
     Py_DECREF(items);
     return result;
