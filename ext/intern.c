@@ -47,16 +47,10 @@ strcache_free(EncodedStrCache *cache)
 }
 
 void
-strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size)
+strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
+               Py_ssize_t size)
 {
-    if (cache->slots == NULL || size > STRCACHE_ENTRY_BYTES) {
-        return;
-    }
-    size_t index = strcache_index_of(key);
-    StrCacheTags *tags = &cache->tags[index];
-    uint32_t tag = strcache_tag_of(key);
-    if (tags->seen_once != tag) {
-        tags->seen_once = tag; /* first sighting: remember, don't store */
+    if (cache->slots == NULL) {
         return;
     }
     /* Evicting a str runs no Python code (its dealloc is plain C). */
@@ -65,7 +59,7 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
     slot->key = Py_NewRef(key);
     slot->size = (uint32_t)size;
     copy_bytes(slot->bytes, encoded, size);
-    tags->cached = tag;
+    cache->tags[index].cached = strcache_tag_of(key);
     if (evicted != NULL) {
         Py_DECREF(evicted);
     }

@@ -113,9 +113,29 @@ strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag
     return 1;
 }
 
+/* Put `key` (an exact str seen at its slot just before) in the cache. */
+void strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
+                    Py_ssize_t size);
+
 /* Remember that `key` (an exact str) encodes to `encoded`, if it was seen at
- * its slot just before; a no-op for encodings too large. */
-void strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size);
+ * its slot just before; a no-op for encodings too large.  A string seen for
+ * the first time (most misses: unique values, keys built per span) only
+ * leaves its tag, inline. */
+static inline void
+strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size)
+{
+    if (size > STRCACHE_ENTRY_BYTES) {
+        return;
+    }
+    size_t index = strcache_index_of(key);
+    uint32_t tag = strcache_tag_of(key);
+    StrCacheTags *tags = &cache->tags[index];
+    if (tags->seen_once != tag) {
+        tags->seen_once = tag; /* first sighting: remember, don't store */
+        return;
+    }
+    strcache_admit(cache, key, index, encoded, size);
+}
 
 /* ---- v0.5 string table ---- */
 

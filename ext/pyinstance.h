@@ -49,8 +49,8 @@ pyinstance_position(const SpDictKeys *keys, PyObject *name)
         PyObject *key = entry[0];
         /* Shared keys are exact str (setattr interns names), compared
          * without running any code. */
-        if (key == name || (key != NULL && PyUnicode_CheckExact(key) &&
-                            PyUnicode_Compare(key, name) == 0)) {
+        if (key == name ||
+            (key != NULL && PyUnicode_CheckExact(key) && PyUnicode_Compare(key, name) == 0)) {
             return i;
         }
     }

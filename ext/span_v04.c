@@ -91,12 +91,17 @@ v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObje
             return -1;
         }
     }
-    Py_ssize_t before = outbuf_len(w->out);
-    if (mp_write_str(w->out, data, size, 1) < 0) {
+    /* At most MAX_TEXT_LEN characters (the caller's test): the length fits
+     * any header, so the checked writer is not needed. */
+    if (outbuf_reserve(w->out, size + 5) < 0) {
         return -1;
     }
+    char *encoded = w->out->pos;
+    mp_put_str_header(w->out, (uint32_t)size, 1);
+    copy_bytes(w->out->pos, data, size);
+    w->out->pos += size;
     if (w->cache != NULL) {
-        strcache_store(w->cache, value, w->out->start + before, outbuf_len(w->out) - before);
+        strcache_store(w->cache, value, encoded, w->out->pos - encoded);
     }
     return 0;
 }

@@ -350,9 +350,13 @@ read_access(PyObject *obj, PyTypeObject *type, const FieldAccess *access, Py_ssi
         return 0;
     case FIELD_INSTANCE:
         return instance_attribute(obj, attribute, value);
-    case FIELD_DESCRIPTOR:
-        *value = Py_TYPE(access->object)->tp_descr_get(access->object, obj, (PyObject *)type);
+    case FIELD_DESCRIPTOR: {
+        descrgetfunc get = Py_TYPE(access->object)->tp_descr_get;
+        /* (A class that lost __get__ since: ask Python, as it would be.) */
+        *value = get != NULL ? get(access->object, obj, (PyObject *)type)
+                             : PyObject_GetAttr(obj, attribute);
         return *value == NULL ? -1 : 0;
+    }
     case FIELD_GETATTR_STRICT:
         *value = PyObject_GetAttr(obj, attribute);
         return *value == NULL ? -1 : 0;
@@ -457,6 +461,40 @@ layout_index(SpanTypeLayout *layout, PyTypeObject *type, PyObject *const *attrib
     }
 }
 
+/* Have the classes of the layout's descriptors and defaults stayed as they
+ * were?  (Their objects are held, but a class can gain or lose __get__.) */
+static inline int
+watched_unchanged(const SpanTypeLayout *layout)
+{
+    for (int k = 0; k < layout->watched_count; k++) {
+        if (layout->watched[k]->tp_version_tag != layout->watched_tag[k]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Note the classes of the layout's objects that can change.  0 when one of
+ * them has no version tag to watch (then the layout is never reused). */
+static int
+watch_object_types(SpanTypeLayout *layout)
+{
+    layout->watched_count = 0;
+    for (int i = 0; i < SF_COUNT; i++) {
+        PyObject *object = layout->access[i].object;
+        if (object == NULL || !(Py_TYPE(object)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+            continue; /* static types (property, int, str...) never change */
+        }
+        PyTypeObject *kind = Py_TYPE(object); /* kept alive by `object` */
+        if (kind->tp_version_tag == 0) {
+            return 0;
+        }
+        layout->watched[layout->watched_count] = kind;
+        layout->watched_tag[layout->watched_count++] = kind->tp_version_tag;
+    }
+    return 1;
+}
+
 /* The layout of `type`, from the cache or resolved now.  Resolving may run
  * Python code (a key's __eq__ in a class __dict__, which could even switch
  * the span's class and free `type`): the class is held, the accesses are
@@ -470,7 +508,7 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
         /* A changed class (e.g. a slot replaced by a property) gets a new
          * version tag, and is resolved again. */
         if (layout->type == type && layout->version_tag != 0 &&
-            layout->version_tag == type->tp_version_tag) {
+            layout->version_tag == type->tp_version_tag && watched_unchanged(layout)) {
             reader->last_layout = i;
             return layout;
         }
@@ -503,9 +541,15 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
     memcpy(layout->offset, offsets, sizeof offsets);
     layout_index(layout, type, reader->attribute);
     layout->type = type; /* takes the reference held above */
-    layout->version_tag = version_tag == type->tp_version_tag ? version_tag : 0;
+    int watchable = watch_object_types(layout);
+    layout->version_tag = watchable && version_tag == type->tp_version_tag ? version_tag : 0;
     reader->last_layout = (int)(layout - reader->layouts);
+    /* Releasing the replaced entry's objects can run finalizers, which may
+     * use this reader and evict the entry just made: then make it again. */
     layout_clear(&previous);
+    if (layout->type != type) {
+        return layout_for(reader, type);
+    }
     return layout;
 }
 
@@ -589,7 +633,7 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
      * from the cache: the class and the accesses still to be made are owned
      * first, and the slots read before any Python code runs. */
     PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
-    SpanTypeLayout *layout = layout_for(reader, type);
+    SpanTypeLayout *layout = layout_for(reader, type); /* describes `type` */
     uint32_t pending = layout->call_fields & fields_mask(first, last);
     uint32_t in_place = layout->instance_fields & pending;
     if (in_place != 0 && read_instance_fields(layout, span, in_place, values->value)) {

@@ -107,6 +107,13 @@ typedef struct {
     PyTypeObject *type; /* strong reference; NULL when unused */
     unsigned int version_tag;
     FieldAccess access[SF_COUNT];
+    /* The classes of the objects in `access` that can change (heap types:
+     * a descriptor class that loses __get__, a default's class that gains
+     * it) and their version tags when resolved: a change to any of them
+     * makes the layout stale, as a change to `type` itself does. */
+    PyTypeObject *watched[SF_COUNT];
+    unsigned int watched_tag[SF_COUNT];
+    int watched_count;
     /* Byte offset of the field's slot in instances (FIELD_SLOT), else 0. */
     Py_ssize_t offset[SF_COUNT];
     /* Bit i set: field i is read by code that may run Python (anything but a

@@ -248,6 +248,27 @@ key_as_written(SpanWriter *w, const char *field, PyObject *key)
     return written;
 }
 
+void
+cut_keys_clear(SpanWriter *w)
+{
+    for (Py_ssize_t i = 0; i < w->cut_key_count; i++) {
+        Py_DECREF(w->cut_keys[i]); /* exact str: no finalizer */
+    }
+    w->cut_key_count = 0;
+}
+
+/* Is `written` one of the cut keys kept?  Exact str compared: no code runs. */
+static int
+cut_key_seen(const SpanWriter *w, PyObject *written)
+{
+    for (Py_ssize_t i = 0; i < w->cut_key_count; i++) {
+        if (PyUnicode_Compare(w->cut_keys[i], written) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int
 check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key)
 {
@@ -255,25 +276,18 @@ check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key)
         PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN) {
         return 0; /* written whole, and of another length than any cut str */
     }
-    span_hold_values(w);
-    int result = -1;
+    /* Only str are made here (never tracked by the garbage collector), so
+     * an in-place read of the map's entries stays valid. */
     PyObject *written = key_as_written(w, field, key);
     if (written == NULL) {
         return -1;
     }
-    if (w->cut_keys != NULL && (w->cut_keys_field != field || w->cut_keys_span != w->span_index)) {
-        Py_CLEAR(w->cut_keys); /* another map */
-    }
-    if (w->cut_keys == NULL) {
-        w->cut_keys = PySet_New(NULL);
+    if (w->cut_keys_field != field || w->cut_keys_span != w->span_index) {
+        cut_keys_clear(w); /* another map */
         w->cut_keys_field = field;
         w->cut_keys_span = w->span_index;
-        if (w->cut_keys == NULL) {
-            goto done;
-        }
     }
-    int seen = PySet_Contains(w->cut_keys, written);
-    if (seen > 0) {
+    if (cut_key_seen(w, written)) {
         PyObject *start = PyUnicode_Substring(written, 0, 20);
         if (start != NULL) {
             span_error(w, PyExc_ValueError, field, NULL,
@@ -282,14 +296,23 @@ check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key)
                        PyUnicode_GET_LENGTH(written), start, MAX_TEXT_LEN);
             Py_DECREF(start);
         }
-        goto done;
+        Py_DECREF(written);
+        return -1;
     }
-    if (seen == 0 && PySet_Add(w->cut_keys, written) == 0) {
-        result = 0;
+    if (w->cut_key_count == w->cut_key_capacity) {
+        Py_ssize_t capacity = w->cut_key_capacity ? 2 * w->cut_key_capacity : 4;
+        PyObject **grown = PyMem_Realloc(w->cut_keys, (size_t)capacity * sizeof(PyObject *));
+        if (grown == NULL) {
+            Py_DECREF(written);
+            span_hold_values(w);
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->cut_keys = grown;
+        w->cut_key_capacity = capacity;
     }
-done:
-    Py_DECREF(written);
-    return result;
+    w->cut_keys[w->cut_key_count++] = written;
+    return 0;
 }
 
 int
@@ -709,6 +732,7 @@ is_not_span(PyObject *span)
 static SP_NOINLINE int
 raise_not_span(SpanWriter *w, PyObject *span)
 {
+    span_hold_values(w);
     PyErr_Format(PyExc_TypeError, "trace %zd, span %zd: expected a span object or dict, not %.200s",
                  w->trace_index, w->span_index, Py_TYPE(span)->tp_name);
     return -1;
@@ -776,7 +800,10 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
         Py_DECREF(span);
     }
     trace_info_release(&info);
-    Py_CLEAR(w->cut_keys);
+    cut_keys_clear(w);
+    PyMem_Free(w->cut_keys);
+    w->cut_keys = NULL;
+    w->cut_key_capacity = 0;
     return result;
 }
 

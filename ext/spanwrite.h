@@ -73,6 +73,7 @@ is_text(PyObject *value)
 int raise_bad_tag_key(SpanWriter *w, const char *field, PyObject *key);
 int raise_bad_meta_value(SpanWriter *w, PyObject *key, PyObject *value);
 int check_cut_key_unique(SpanWriter *w, const char *field, PyObject *key);
+void cut_keys_clear(SpanWriter *w);
 
 /* TypeError unless a tag key (meta, metrics, meta_struct) is text;
  * ValueError for a key that is cut to the same text as an earlier key of

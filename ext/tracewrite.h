@@ -35,11 +35,15 @@ typedef struct {
      * owns them first. */
     PyObject *span;
     SpanValues *values;
-    /* The tag keys of one map that are (or look like) cut text, as written,
-     * to refuse a second key that cuts to the same text (a decoder would
-     * keep one value and lose the other): a set made on first need, for the
-     * map of `cut_keys_field` in span `cut_keys_span`. */
-    PyObject *cut_keys;
+    /* The tag keys of one map that are (or look like) cut text, as written
+     * (exact str, owned), to refuse a second key that cuts to the same text
+     * (a decoder would keep one value and lose the other).  A plain array,
+     * not a Python set: the map's entries may be being read in place, where
+     * allocating a container could start a garbage collection (Python
+     * code).  For the map of `cut_keys_field` in span `cut_keys_span`. */
+    PyObject **cut_keys;
+    Py_ssize_t cut_key_count;
+    Py_ssize_t cut_key_capacity;
     const char *cut_keys_field;
     Py_ssize_t cut_keys_span;
 } SpanWriter;

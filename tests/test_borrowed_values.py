@@ -207,3 +207,162 @@ def test_context_module_key_eq_switching_the_context_class():
         print("ok")
         """
     )
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_finalizer_emptying_a_meta_dict_while_a_long_key_is_checked(version):
+    """A key long enough to be cut is checked against the map's other cut
+    keys while the map's entries are read in place: that check must make no
+    garbage-collected object, or a collection's finalizer could empty the
+    dict under the loop."""
+    run_child(
+        """
+        import msgpack
+
+        class Emptier:
+            def __init__(self, tags):
+                self.tags, self.cycle = tags, self
+            def __del__(self):
+                self.tags.clear()
+                self.tags.update({"z%%d" %% i: "v" for i in range(50)})
+
+        class Pad:
+            pass
+
+        encoder = spanpack.TraceMsgPackEncoder(%(version)r)
+        for shift in range(-30, 10):
+            meta = {"k" * 2500: "v"}
+            meta.update({"x%%d" %% i: "y" * 30 for i in range(40)})
+            span = {"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 0, "meta": meta}
+            gc.collect()
+            gc.set_threshold(100)
+            Emptier(meta)
+            pad = [Pad() for _ in range(max(0, 100 - gc.get_count()[0] + shift))]
+            try:
+                payload = encoder.encode_traces([[span]])
+            except (RuntimeError, ValueError):
+                pass
+            else:
+                msgpack.unpackb(payload, strict_map_key=False)  # a whole, decodable payload
+            gc.set_threshold(700)
+            del pad, span, meta
+        print("ok")
+        """
+        % {"version": version}
+    )
+
+
+def test_finalizer_run_by_a_layout_eviction_that_reenters_the_encoder():
+    """Resolving a class's layout releases the entry it replaces; a finalizer
+    run by that may encode other classes with the same encoder and evict the
+    new entry before it is used."""
+    run_child(
+        """
+        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+        others = []
+        for k in range(4):
+            names = tuple("pad%d" % j for j in range(300)) + ("trace_id", "span_id", "name", "start_ns")
+            Other = type("Other%d" % k, (), {"__slots__": names})
+            other = Other()
+            other.trace_id, other.span_id, other.name, other.start_ns = 1, 2, "n", 0
+            others.append(other)
+
+        class Churn(str):
+            def __del__(self):
+                encoder.encode_traces([[other] for other in others])
+
+        class Small:
+            service = Churn("c")
+
+        span = Small()
+        span.trace_id, span.span_id, span.name, span.start_ns = 1, 2, "n", 0
+        first = encoder.encode_traces([[span]])
+        Small.service = "svc"          # the Churn is now held only by the cached layout
+        second = encoder.encode_traces([[span]])
+        reference = spanpack.TraceMsgPackEncoder("v0.4").encode_traces(
+            [[{"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 0, "service": "svc"}]])
+        assert second == reference, (second, reference)
+        print("ok")
+        """
+    )
+
+
+def test_descriptor_class_changed_after_the_layout_was_made():
+    """The cached layout of a class also depends on the classes of its
+    descriptors and defaults: one that loses __get__ (or gains it) is
+    resolved again instead of being called through a stale slot."""
+    run_child(
+        """
+        class Seven:
+            def __get__(self, obj, cls):
+                return 7
+            def __set__(self, obj, value):
+                pass
+
+        class Span:
+            __slots__ = ("trace_id", "span_id", "name", "start_ns")
+            duration_ns = Seven()
+
+        span = Span()
+        span.trace_id, span.span_id, span.name, span.start_ns = 1, 2, "n", 0
+        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+
+        def expected():
+            return spanpack.TraceMsgPackEncoder("v0.4").encode_traces(
+                [[{"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 0,
+                   "duration_ns": getattr(span, "duration_ns")}]])
+
+        assert encoder.encode_traces([[span]]) == expected()
+        del Seven.__get__               # now a plain class attribute: the object itself
+        try:
+            encoder.encode_traces([[span]])
+        except TypeError as error:      # duration_ns: expected int, not Seven
+            assert "duration_ns" in str(error), error
+        else:
+            raise AssertionError("a Seven object is no duration")
+
+        class Text(str):
+            pass
+
+        class Plain:
+            service = Text("raw")
+
+        plain = Plain()
+        plain.trace_id, plain.span_id, plain.name, plain.start_ns = 1, 2, "n", 0
+        encoder.encode_traces([[plain]])
+        Text.__get__ = lambda self, obj, cls: "svc"
+        got = msgpack_unpack(encoder.encode_traces([[plain]]))
+        assert got[0][0]["service"] == getattr(plain, "service") == "svc", got
+        print("ok")
+        """.replace("msgpack_unpack", "__import__('msgpack').unpackb")
+    )
+
+
+def test_item_that_is_not_a_span_reported_after_borrowed_reads():
+    """A list where a span should be, after borrowed reads of the span
+    before it: the error is made with the values owned (debug builds abort
+    otherwise)."""
+    run_child(
+        """
+        class Pad:
+            pass
+
+        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+        for shift in range(-20, 6):
+            trace = [slot_span(), [1]]
+            handled = KeyError()
+            gc.collect()
+            gc.set_threshold(200)
+            pad = [Pad() for _ in range(max(0, 200 - gc.get_count()[0] + shift))]
+            try:
+                raise handled
+            except KeyError:
+                try:
+                    encoder.encode_traces([trace])
+                except TypeError as error:
+                    assert "expected a span object or dict, not list" in str(error), error
+            gc.set_threshold(700)
+            del pad, trace
+        print("ok")
+        """
+    )

@@ -38,17 +38,51 @@ class Packer:
     def getbuffer(self) -> memoryview: ...
     def reset(self) -> None: ...
 
-# packb(obj, **options) is Packer(**options).pack(obj) (the options are
-# Packer's): bytes, except None with autoreset=False, as msgpack-python's
-# packb.  The last overload is the runtime signature.
+# packb(obj, **options) is Packer(**options).pack(obj): bytes, except None
+# with autoreset=False, as msgpack-python's packb.  The last overload is the
+# runtime signature.
 @overload
-def packb(obj: Any, /, *, autoreset: Literal[False], **options: Any) -> None: ...
+def packb(
+    obj: Any,
+    /,
+    *,
+    default: _Default = ...,
+    use_single_float: bool = ...,
+    autoreset: Literal[False],
+    use_bin_type: bool = ...,
+    strict_types: bool = ...,
+    datetime: bool = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
+    buf_size: Optional[int] = ...,
+) -> None: ...
 @overload
-def packb(obj: Any, /, *, autoreset: Literal[True], **options: Any) -> bytes: ...
+def packb(
+    obj: Any,
+    /,
+    *,
+    default: _Default = ...,
+    use_single_float: bool = ...,
+    autoreset: Literal[True] = ...,
+    use_bin_type: bool = ...,
+    strict_types: bool = ...,
+    datetime: bool = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
+    buf_size: Optional[int] = ...,
+) -> bytes: ...
 @overload
-def packb(obj: Any, /, *, autoreset: bool, **options: Any) -> Optional[bytes]: ...
-@overload
-def packb(obj: Any, /, **options: Any) -> bytes: ...
+def packb(
+    obj: Any,
+    /,
+    *,
+    default: _Default = ...,
+    use_single_float: bool = ...,
+    autoreset: bool = ...,
+    use_bin_type: bool = ...,
+    strict_types: bool = ...,
+    datetime: bool = ...,
+    unicode_errors: Union[None, str, bytes, bytearray] = ...,
+    buf_size: Optional[int] = ...,
+) -> Optional[bytes]: ...
 
 # Test hook: the length check of every msgpack header writer.
 def _check_msgpack_length(length: int, /) -> None: ...
