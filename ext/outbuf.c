@@ -1,9 +1,6 @@
 /* Growable output buffer: allocation, growth and hand-over of the result. */
 #include "outbuf.h"
 
-/* A block this large may live in its own mmap (glibc's smallest threshold). */
-#define OUTBUF_LARGE (128 * 1024)
-
 int
 outbuf_init_bytes(OutBuf *buf, Py_ssize_t capacity)
 {
@@ -100,12 +97,14 @@ take_backing_bytes(OutBuf *buf)
     PyObject *result = buf->bytes;
     Py_ssize_t used = outbuf_len(buf);
     Py_ssize_t capacity = PyBytes_GET_SIZE(result);
-    /* Keep the little slack of a large block instead of reallocating it
-     * smaller: glibc learns a freed block's size as its mmap threshold, so
-     * after shrinking every payload of the usual size would come from a fresh
-     * mmap again, all of its pages faulted in anew.  The bytes object simply
-     * ends early (its allocation is freed whole). */
-    int keep_slack = capacity >= OUTBUF_LARGE && capacity - used <= capacity / 8;
+    /* Keep a little slack (at most an eighth: what the size hint adds)
+     * instead of copying to an exact size: the copy would cost as much as a
+     * sizeable part of the encoding, and for large blocks glibc would learn
+     * the freed block's size as its mmap threshold, so that every payload of
+     * the usual size came from a fresh mmap again, all of its pages faulted
+     * in anew.  The bytes object simply ends early (its allocation is freed
+     * whole). */
+    int keep_slack = capacity - used <= capacity / 8;
     if (used != capacity && !keep_slack) {
         /* A smaller copy rather than _PyBytes_Resize, which would free the
          * contents if it failed; without memory for the copy the slack is

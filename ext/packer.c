@@ -108,6 +108,18 @@ char_data_arg(PyObject *arg, const char **data, Py_ssize_t *size)
  * unsigned, false signed, so a negative value whose comparison says positive
  * (or the reverse beyond int64) is out of range.  An OverflowError from the
  * comparison counts as out of range too; other errors propagate. */
+/* An int beyond 64 bits: `default` gets it, else OverflowError as msgpack
+ * raises it. */
+static int
+int_out_of_range(int will_default)
+{
+    if (will_default) {
+        return PACK_TRY_DEFAULT;
+    }
+    PyErr_SetString(PyExc_OverflowError, "Integer value out of range");
+    return -1;
+}
+
 static int
 pack_int_subclass(OutBuf *buf, PyObject *obj, int will_default)
 {
@@ -133,11 +145,7 @@ pack_int_subclass(OutBuf *buf, PyObject *obj, int will_default)
         return -1;
     }
     PyErr_Clear();
-    if (will_default) {
-        return PACK_TRY_DEFAULT;
-    }
-    PyErr_SetString(PyExc_OverflowError, "Integer value out of range");
-    return -1;
+    return int_out_of_range(will_default);
 }
 
 static int
@@ -161,11 +169,7 @@ pack_int(OutBuf *buf, PyObject *obj, int will_default)
         }
         PyErr_Clear();
     }
-    if (will_default) {
-        return PACK_TRY_DEFAULT;
-    }
-    PyErr_SetString(PyExc_OverflowError, "Integer value out of range");
-    return -1;
+    return int_out_of_range(will_default);
 }
 
 static int
