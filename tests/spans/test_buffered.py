@@ -19,10 +19,7 @@ from hypothesis import strategies as st
 import spanpack
 from spanpack import BufferFull, BufferItemTooLarge, TraceMsgPackEncoder
 
-try:
-    from .spans_strategies import resolved_traces
-except ImportError:
-    from spans_strategies import resolved_traces
+from tests.support import resolved_traces
 
 VERSIONS = ["v0.4", "v0.5"]
 EMPTY_SIZE = {"v0.4": 1, "v0.5": 15}

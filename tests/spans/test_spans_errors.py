@@ -18,10 +18,7 @@ from hypothesis import strategies as st
 
 import spanpack
 
-try:
-    from .spans_strategies import good_span, logical_traces, to_form
-except ImportError:
-    from spans_strategies import good_span, logical_traces, to_form
+from tests.support import good_span, logical_traces, to_form
 
 VERSIONS = ("v0.4", "v0.5")
 PATHS = ("encode_traces", "put", "encode_trace")
