@@ -41,6 +41,9 @@ VERSIONS = ("v0.4", "v0.5")
 
 # The protocol fields of the default (non-ddtrace) span form.
 FIELDS = SPAN_FIELDS
+# The fields every span of the reference tracer has (the others, meta_struct,
+# links, events and origin, are optional extras).
+CORE_FIELDS = tuple(name for name in FIELDS if name not in ("meta_struct", "links", "events", "origin"))
 
 
 # ---------------------------------------------------------------------------
