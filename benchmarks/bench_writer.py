@@ -34,9 +34,9 @@ except ImportError:  # script mode does not need pytest
 import spanpack
 from spanpack import samples
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from agent import start_agent  # noqa: E402  (tests/agent.py)
-from fault_server import FaultServer, refusing_url  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tests.integration.agent import start_agent  # noqa: E402
+from tests.integration.fault_server import FaultServer, refusing_url  # noqa: E402
 
 BIG = 256 << 20
 SHAPES = {"span_1": 0, "web_51": 50}
@@ -207,7 +207,7 @@ def main():
         traces = samples.as_slotted(samples.web_traces(TRACES_PER_ROUND))
         spans = samples.span_count(traces)
         print("\nspans/s (%d traces of 51 spans; best of 3): written = producers done," % TRACES_PER_ROUND)
-        print("delivered = flush() done, to the APM test agent and to tests/fault_server.py as a sink")
+        print("delivered = flush() done, to the APM test agent and to tests/integration/fault_server.py as a sink")
         print("%-6s %-22s %12s %16s %16s" % ("ver", "producers", "written", "delivered agent", "delivered sink"))
         for version in ("v0.4", "v0.5"):
             encoder = spanpack.TraceMsgPackEncoder(version, max_size=BIG)

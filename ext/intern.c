@@ -252,3 +252,27 @@ strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len)
         Py_DECREF(table->strings[i]);
     }
 }
+
+/* ---- v0.5 string references not yet written ---- */
+
+int
+holes_grow(HoleList *holes)
+{
+    Py_ssize_t capacity = holes->capacity ? holes->capacity * 2 : 64;
+    StringHole *items = PyMem_Realloc(holes->items, (size_t)capacity * sizeof(StringHole));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    holes->items = items;
+    holes->capacity = capacity;
+    return 0;
+}
+
+void
+holes_free(HoleList *holes)
+{
+    PyMem_Free(holes->items);
+    holes->items = NULL;
+    holes->count = holes->capacity = 0;
+}

@@ -14,7 +14,10 @@
  *
  * StringTable (v0.5): the payload's string table.  Maps str content to its
  *   index, keeps the encoded table entries in order, and can be rolled back to
- *   an earlier size when a trace fails half-way. */
+ *   an earlier size when a trace fails half-way.
+ *
+ * HoleList (v0.5): string references an encoded trace leaves unwritten, to be
+ *   filled with a payload table's indexes when the trace is joined. */
 #ifndef SPANPACK_INTERN_H
 #define SPANPACK_INTERN_H
 
@@ -240,5 +243,35 @@ strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, voi
 /* Forget every entry from `count` on (count must not exceed table->count),
  * truncating the encoded entries to `encoded_len`. */
 void strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len);
+
+/* ---- v0.5 string references not yet written ---- */
+
+/* A v0.5 string reference not yet written: the body leaves it out and the
+ * join writes the payload-table index in its place. */
+typedef struct {
+    Py_ssize_t offset;    /* position in the body */
+    uint32_t local_index; /* index into the encoded trace's own table */
+} StringHole;
+
+typedef struct {
+    StringHole *items;
+    Py_ssize_t count;
+    Py_ssize_t capacity;
+} HoleList;
+
+int holes_grow(HoleList *holes);
+
+static inline int
+holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
+{
+    if (SP_UNLIKELY(holes->count == holes->capacity) && holes_grow(holes) < 0) {
+        return -1;
+    }
+    holes->items[holes->count].offset = offset;
+    holes->items[holes->count].local_index = local_index;
+    holes->count++;
+    return 0;
+}
+void holes_free(HoleList *holes);
 
 #endif /* SPANPACK_INTERN_H */

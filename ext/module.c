@@ -2,6 +2,7 @@
  * initialisation (PEP 489) and the module-level functions. */
 #include "mpwrite.h"
 #include "packer.h"
+#include "spanfields.h"
 #include "state.h"
 
 SpanpackState *
@@ -29,29 +30,43 @@ spanpack_state_from_type(PyTypeObject *type)
 static int
 intern_names(SpanpackState *state)
 {
-    struct {
-        PyObject **slot;
-        const char *text;
-    } names[] = {
-        {&state->str_items, "items"},
-        {&state->str_code, "code"},
-        {&state->str_data, "data"},
-        {&state->str_seconds, "seconds"},
-        {&state->str_nanoseconds, "nanoseconds"},
-        {&state->str_tzinfo, "tzinfo"},
-        {&state->str_days, "days"},
-        {&state->str_microseconds, "microseconds"},
-        {&state->str_empty, ""},
-        {&state->str_origin_key, "_dd.origin"},
-        {&state->str_trace_id_high_key, "_dd.p.tid"},
-        {&state->str_span_links_key, "_dd.span_links"},
-        {&state->str_events_key, "events"},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        *names[i].slot = PyUnicode_InternFromString(names[i].text);
-        if (*names[i].slot == NULL) {
+#define INTERN_STRING(member, text)                                                                \
+    if ((state->member = PyUnicode_InternFromString(text)) == NULL) {                              \
+        return -1;                                                                                 \
+    }
+    SPANPACK_STATE_STRINGS(INTERN_STRING)
+#undef INTERN_STRING
+    return 0;
+}
+
+/* The wire constants (wire.h) and the span field names as module constants,
+ * for the Python side to import instead of restating them.  Added before
+ * spanpack._extras is imported, which imports some of them. */
+static int
+add_constants(PyObject *module)
+{
+    PyObject *names = PyTuple_New(SF_COUNT);
+    if (names == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < SF_COUNT; i++) {
+        PyObject *name = PyUnicode_InternFromString(span_field_names[i]);
+        if (name == NULL) {
+            Py_DECREF(names);
             return -1;
         }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    int result = PyModule_AddObjectRef(module, "SPAN_FIELDS", names);
+    Py_DECREF(names);
+    if (result < 0 || PyModule_AddIntConstant(module, "MAX_TEXT_LEN", MAX_TEXT_LEN) < 0 ||
+        PyModule_AddIntConstant(module, "TRUNCATED_PREFIX_LEN", TRUNCATED_PREFIX_LEN) < 0 ||
+        PyModule_AddStringConstant(module, "TRUNCATION_SUFFIX", TRUNCATION_SUFFIX) < 0 ||
+        PyModule_AddStringConstant(module, "ORIGIN_KEY", ORIGIN_KEY) < 0 ||
+        PyModule_AddStringConstant(module, "TRACE_ID_HIGH_KEY", TRACE_ID_HIGH_KEY) < 0 ||
+        PyModule_AddStringConstant(module, "SPAN_LINKS_KEY", SPAN_LINKS_KEY) < 0 ||
+        PyModule_AddStringConstant(module, "SPAN_EVENTS_KEY", SPAN_EVENTS_KEY) < 0) {
+        return -1;
     }
     return 0;
 }
@@ -69,48 +84,43 @@ import_attribute(const char *module_name, const char *attribute, PyObject **slot
     return *slot == NULL ? -1 : 0;
 }
 
+/* The state's SPANPACK_STATE_IMPORTS. */
 static int
-init_datetime_support(SpanpackState *state)
+import_attributes(SpanpackState *state)
 {
-    PyObject *utc = NULL;
-    int result = -1;
-    if (import_attribute("datetime", "datetime", &state->datetime_type) < 0 ||
-        import_attribute("datetime", "timedelta", &state->timedelta_type) < 0) {
-        goto error;
+#define IMPORT_ATTRIBUTE(member, module, attribute)                                                \
+    if (import_attribute(module, attribute, &state->member) < 0) {                                 \
+        return -1;                                                                                 \
     }
-    PyObject *timezone = NULL;
-    if (import_attribute("datetime", "timezone", &timezone) < 0) {
-        goto error;
+    SPANPACK_STATE_IMPORTS(IMPORT_ATTRIBUTE)
+#undef IMPORT_ATTRIBUTE
+    return 0;
+}
+
+/* state->epoch (after import_attributes). */
+static int
+init_epoch(SpanpackState *state)
+{
+    PyObject *timezone = NULL, *utc = NULL;
+    if (import_attribute("datetime", "timezone", &timezone) == 0) {
+        utc = PyObject_GetAttrString(timezone, "utc");
+        Py_DECREF(timezone);
     }
-    utc = PyObject_GetAttrString(timezone, "utc");
-    Py_DECREF(timezone);
     if (utc == NULL) {
-        goto error;
+        return -1;
     }
     state->epoch =
         PyObject_CallFunction(state->datetime_type, "iiiiiiiO", 1970, 1, 1, 0, 0, 0, 0, utc);
-    if (state->epoch == NULL) {
-        goto error;
-    }
-    result = 0;
-error:
-    Py_XDECREF(utc);
-    return result;
+    Py_DECREF(utc);
+    return state->epoch == NULL ? -1 : 0;
 }
 
 static int
 spanpack_exec(PyObject *module)
 {
     SpanpackState *state = spanpack_state_from_module(module);
-    if (intern_names(state) < 0 || init_datetime_support(state) < 0 ||
-        import_attribute("spanpack._ext", "ExtType", &state->ext_type) < 0 ||
-        import_attribute("spanpack._ext", "Timestamp", &state->timestamp_type) < 0 ||
-        import_attribute("spanpack._extras", "links_for_v04", &state->links_for_v04) < 0 ||
-        import_attribute("spanpack._extras", "links_json", &state->links_json) < 0 ||
-        import_attribute("spanpack._extras", "events_for_v04", &state->events_for_v04) < 0 ||
-        import_attribute("spanpack._extras", "events_json", &state->events_json) < 0 ||
-        import_attribute("spanpack._extras", "links_for_v10", &state->links_for_v10) < 0 ||
-        import_attribute("spanpack._extras", "events_for_v10", &state->events_for_v10) < 0) {
+    if (intern_names(state) < 0 || add_constants(module) < 0 || import_attributes(state) < 0 ||
+        init_epoch(state) < 0) {
         return -1;
     }
     if (!PyType_Check(state->ext_type) || !PyType_Check(state->timestamp_type)) {
@@ -123,37 +133,15 @@ spanpack_exec(PyObject *module)
     return 0;
 }
 
-/* Every PyObject * in the state, for traverse and clear. */
-#define SPANPACK_STATE_OBJECTS(X)                                                                  \
-    X(packer_type)                                                                                 \
-    X(trace_encoder_type)                                                                          \
-    X(encoded_part_type)                                                                           \
-    X(ext_type)                                                                                    \
-    X(timestamp_type)                                                                              \
-    X(datetime_type)                                                                               \
-    X(timedelta_type)                                                                              \
-    X(epoch)                                                                                       \
-    X(buffer_full_error)                                                                           \
-    X(buffer_item_too_large_error)                                                                 \
-    X(links_for_v04)                                                                               \
-    X(links_json)                                                                                  \
-    X(events_for_v04)                                                                              \
-    X(events_json)                                                                                 \
-    X(links_for_v10)                                                                               \
-    X(events_for_v10)                                                                              \
-    X(str_items)                                                                                   \
-    X(str_code)                                                                                    \
-    X(str_data)                                                                                    \
-    X(str_seconds)                                                                                 \
-    X(str_nanoseconds)                                                                             \
-    X(str_tzinfo)                                                                                  \
-    X(str_days)                                                                                    \
-    X(str_microseconds)                                                                            \
-    X(str_empty)                                                                                   \
-    X(str_origin_key)                                                                              \
-    X(str_trace_id_high_key)                                                                       \
-    X(str_span_links_key)                                                                          \
-    X(str_events_key)
+/* Every object of the state, each as ON_OBJECT(member), for traverse and
+ * clear (the caller defines ON_OBJECT). */
+#define FOR_EACH_STATE_OBJECT                                                                      \
+    SPANPACK_STATE_TYPES(ON_OBJECT)                                                                \
+    SPANPACK_STATE_IMPORTS(ON_IMPORTED_OBJECT)                                                     \
+    SPANPACK_STATE_MADE(ON_OBJECT)                                                                 \
+    SPANPACK_STATE_STRINGS(ON_STRING_OBJECT)
+#define ON_IMPORTED_OBJECT(member, module, attribute) ON_OBJECT(member)
+#define ON_STRING_OBJECT(member, text) ON_OBJECT(member)
 
 static int
 spanpack_traverse(PyObject *module, visitproc visit, void *arg)
@@ -162,9 +150,9 @@ spanpack_traverse(PyObject *module, visitproc visit, void *arg)
     if (state == NULL) {
         return 0;
     }
-#define VISIT_FIELD(name) Py_VISIT(state->name);
-    SPANPACK_STATE_OBJECTS(VISIT_FIELD)
-#undef VISIT_FIELD
+#define ON_OBJECT(member) Py_VISIT(state->member);
+    FOR_EACH_STATE_OBJECT
+#undef ON_OBJECT
     return 0;
 }
 
@@ -175,9 +163,9 @@ spanpack_clear(PyObject *module)
     if (state == NULL) {
         return 0;
     }
-#define CLEAR_FIELD(name) Py_CLEAR(state->name);
-    SPANPACK_STATE_OBJECTS(CLEAR_FIELD)
-#undef CLEAR_FIELD
+#define ON_OBJECT(member) Py_CLEAR(state->member);
+    FOR_EACH_STATE_OBJECT
+#undef ON_OBJECT
     return 0;
 }
 

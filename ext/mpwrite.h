@@ -13,6 +13,95 @@
 
 #include "outbuf.h"
 
+/* The msgpack format bytes this code writes, by the spec's names.  A "fix"
+ * form carries its small count or length in the byte itself (base | n);
+ * the others are followed by a big-endian count, length or value of the
+ * size in their name (ext: then the type code). */
+enum {
+    MP_POSITIVE_FIXINT = 0x00, /* 0..127: the byte is the value */
+    MP_FIXMAP = 0x80,          /* map of 0..15 entries: MP_FIXMAP | count */
+    MP_FIXARRAY = 0x90,        /* array of 0..15 items: MP_FIXARRAY | count */
+    MP_FIXSTR = 0xa0,          /* str of 0..31 bytes: MP_FIXSTR | length */
+    MP_NIL = 0xc0,             /* None */
+    MP_FALSE = 0xc2,
+    MP_TRUE = 0xc3,
+    MP_BIN8 = 0xc4, /* bin: 1-, 2- or 4-byte length, then the bytes */
+    MP_BIN16 = 0xc5,
+    MP_BIN32 = 0xc6,
+    MP_EXT8 = 0xc7, /* ext: 1-, 2- or 4-byte length, type code, data */
+    MP_EXT16 = 0xc8,
+    MP_EXT32 = 0xc9,
+    MP_FLOAT32 = 0xca, /* IEEE 754 single, big-endian */
+    MP_FLOAT64 = 0xcb, /* IEEE 754 double, big-endian */
+    MP_UINT8 = 0xcc,   /* unsigned ints of 1, 2, 4, 8 bytes */
+    MP_UINT16 = 0xcd,
+    MP_UINT32 = 0xce,
+    MP_UINT64 = 0xcf,
+    MP_INT8 = 0xd0, /* two's-complement ints of 1, 2, 4, 8 bytes */
+    MP_INT16 = 0xd1,
+    MP_INT32 = 0xd2,
+    MP_INT64 = 0xd3,
+    MP_FIXEXT1 = 0xd4, /* ext of 1, 2, 4, 8, 16 data bytes: type code, data */
+    MP_FIXEXT2 = 0xd5,
+    MP_FIXEXT4 = 0xd6,
+    MP_FIXEXT8 = 0xd7,
+    MP_FIXEXT16 = 0xd8,
+    MP_STR8 = 0xd9, /* str: 1-, 2- or 4-byte length, then UTF-8 */
+    MP_STR16 = 0xda,
+    MP_STR32 = 0xdb,
+    MP_ARRAY16 = 0xdc, /* array: 2- or 4-byte count, then the items */
+    MP_ARRAY32 = 0xdd,
+    MP_MAP16 = 0xde, /* map: 2- or 4-byte count, then keys and values */
+    MP_MAP32 = 0xdf,
+    MP_NEGATIVE_FIXINT = 0xe0, /* -32..-1: the byte is the value */
+};
+/* The fix forms hold counts and lengths below these. */
+#define MP_FIXMAP_LIMIT 16
+#define MP_FIXARRAY_LIMIT 16
+#define MP_FIXSTR_LIMIT 32
+
+/* The fixstr header byte for a text of n bytes (MP_FIXSTR | n) as a string
+ * literal, to join in front of a compile-time key: a whole literal is copied
+ * with immediate moves, a byte computed apart costs a store of its own.  As a
+ * separate literal it also cannot swallow the text's first characters into
+ * its escape ("\xa5" "error", not "\xa5error"). */
+#define MP_FIXSTR_HEADER(n) MP_FIXSTR_HEADER_(n)
+#define MP_FIXSTR_HEADER_(n) MP_FIXSTR_HEADER_##n
+/* clang-format off */
+#define MP_FIXSTR_HEADER_0 "\xa0"
+#define MP_FIXSTR_HEADER_1 "\xa1"
+#define MP_FIXSTR_HEADER_2 "\xa2"
+#define MP_FIXSTR_HEADER_3 "\xa3"
+#define MP_FIXSTR_HEADER_4 "\xa4"
+#define MP_FIXSTR_HEADER_5 "\xa5"
+#define MP_FIXSTR_HEADER_6 "\xa6"
+#define MP_FIXSTR_HEADER_7 "\xa7"
+#define MP_FIXSTR_HEADER_8 "\xa8"
+#define MP_FIXSTR_HEADER_9 "\xa9"
+#define MP_FIXSTR_HEADER_10 "\xaa"
+#define MP_FIXSTR_HEADER_11 "\xab"
+#define MP_FIXSTR_HEADER_12 "\xac"
+#define MP_FIXSTR_HEADER_13 "\xad"
+#define MP_FIXSTR_HEADER_14 "\xae"
+#define MP_FIXSTR_HEADER_15 "\xaf"
+#define MP_FIXSTR_HEADER_16 "\xb0"
+#define MP_FIXSTR_HEADER_17 "\xb1"
+#define MP_FIXSTR_HEADER_18 "\xb2"
+#define MP_FIXSTR_HEADER_19 "\xb3"
+#define MP_FIXSTR_HEADER_20 "\xb4"
+#define MP_FIXSTR_HEADER_21 "\xb5"
+#define MP_FIXSTR_HEADER_22 "\xb6"
+#define MP_FIXSTR_HEADER_23 "\xb7"
+#define MP_FIXSTR_HEADER_24 "\xb8"
+#define MP_FIXSTR_HEADER_25 "\xb9"
+#define MP_FIXSTR_HEADER_26 "\xba"
+#define MP_FIXSTR_HEADER_27 "\xbb"
+#define MP_FIXSTR_HEADER_28 "\xbc"
+#define MP_FIXSTR_HEADER_29 "\xbd"
+#define MP_FIXSTR_HEADER_30 "\xbe"
+#define MP_FIXSTR_HEADER_31 "\xbf"
+/* clang-format on */
+
 /* The largest header or scalar (uint64 / int64 / float64): 1 + 8 bytes. */
 #define MP_MAX_HEADER 9
 /* Item counts and lengths above this do not fit in a 32-bit header. */
@@ -72,22 +161,22 @@ mp_put_uint(OutBuf *buf, uint64_t v)
         buf->pos = p + 1;
     }
     else if (v < 256) {
-        p[0] = (char)0xcc;
+        p[0] = (char)MP_UINT8;
         p[1] = (char)v;
         buf->pos = p + 2;
     }
     else if (v < 65536) {
-        p[0] = (char)0xcd;
+        p[0] = (char)MP_UINT16;
         mp_store16(p + 1, (uint16_t)v);
         buf->pos = p + 3;
     }
     else if (v <= 0xFFFFFFFFULL) {
-        p[0] = (char)0xce;
+        p[0] = (char)MP_UINT32;
         mp_store32(p + 1, (uint32_t)v);
         buf->pos = p + 5;
     }
     else {
-        p[0] = (char)0xcf;
+        p[0] = (char)MP_UINT64;
         mp_store64(p + 1, v);
         buf->pos = p + 9;
     }
@@ -106,22 +195,22 @@ mp_put_int(OutBuf *buf, int64_t v)
         buf->pos = p + 1;
     }
     else if (v >= INT8_MIN) {
-        p[0] = (char)0xd0;
+        p[0] = (char)MP_INT8;
         p[1] = (char)(uint8_t)(int8_t)v;
         buf->pos = p + 2;
     }
     else if (v >= INT16_MIN) {
-        p[0] = (char)0xd1;
+        p[0] = (char)MP_INT16;
         mp_store16(p + 1, (uint16_t)(int16_t)v);
         buf->pos = p + 3;
     }
     else if (v >= INT32_MIN) {
-        p[0] = (char)0xd2;
+        p[0] = (char)MP_INT32;
         mp_store32(p + 1, (uint32_t)(int32_t)v);
         buf->pos = p + 5;
     }
     else {
-        p[0] = (char)0xd3;
+        p[0] = (char)MP_INT64;
         mp_store64(p + 1, (uint64_t)v);
         buf->pos = p + 9;
     }
@@ -132,7 +221,7 @@ mp_put_double(OutBuf *buf, double v)
 {
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
-    buf->pos[0] = (char)0xcb;
+    buf->pos[0] = (char)MP_FLOAT64;
     mp_store64(buf->pos + 1, bits);
     buf->pos += 9;
 }
@@ -162,13 +251,13 @@ mp_put_sized_header(OutBuf *buf, uint32_t n, unsigned char fix_tag, uint32_t fix
 static inline void
 mp_put_array_header(OutBuf *buf, uint32_t n)
 {
-    mp_put_sized_header(buf, n, 0x90, 16, 0xdc, 0xdd);
+    mp_put_sized_header(buf, n, MP_FIXARRAY, MP_FIXARRAY_LIMIT, MP_ARRAY16, MP_ARRAY32);
 }
 
 static inline void
 mp_put_map_header(OutBuf *buf, uint32_t n)
 {
-    mp_put_sized_header(buf, n, 0x80, 16, 0xde, 0xdf);
+    mp_put_sized_header(buf, n, MP_FIXMAP, MP_FIXMAP_LIMIT, MP_MAP16, MP_MAP32);
 }
 
 /* str header; str8 only exists in the spec revision that added bin, so
@@ -177,22 +266,22 @@ static inline void
 mp_put_str_header(OutBuf *buf, uint32_t n, int allow_str8)
 {
     char *p = buf->pos;
-    if (n < 32) {
-        p[0] = (char)(0xa0 | n);
+    if (n < MP_FIXSTR_LIMIT) {
+        p[0] = (char)(MP_FIXSTR | n);
         buf->pos = p + 1;
     }
     else if (n < 256 && allow_str8) {
-        p[0] = (char)0xd9;
+        p[0] = (char)MP_STR8;
         p[1] = (char)n;
         buf->pos = p + 2;
     }
     else if (n < 65536) {
-        p[0] = (char)0xda;
+        p[0] = (char)MP_STR16;
         mp_store16(p + 1, (uint16_t)n);
         buf->pos = p + 3;
     }
     else {
-        p[0] = (char)0xdb;
+        p[0] = (char)MP_STR32;
         mp_store32(p + 1, n);
         buf->pos = p + 5;
     }
@@ -203,17 +292,17 @@ mp_put_bin_header(OutBuf *buf, uint32_t n)
 {
     char *p = buf->pos;
     if (n < 256) {
-        p[0] = (char)0xc4;
+        p[0] = (char)MP_BIN8;
         p[1] = (char)n;
         buf->pos = p + 2;
     }
     else if (n < 65536) {
-        p[0] = (char)0xc5;
+        p[0] = (char)MP_BIN16;
         mp_store16(p + 1, (uint16_t)n);
         buf->pos = p + 3;
     }
     else {
-        p[0] = (char)0xc6;
+        p[0] = (char)MP_BIN32;
         mp_store32(p + 1, n);
         buf->pos = p + 5;
     }
@@ -226,33 +315,33 @@ mp_put_ext_header(OutBuf *buf, int8_t code, uint32_t n)
     char *p = buf->pos;
     switch (n) {
     case 1:
-        p[0] = (char)0xd4;
+        p[0] = (char)MP_FIXEXT1;
         break;
     case 2:
-        p[0] = (char)0xd5;
+        p[0] = (char)MP_FIXEXT2;
         break;
     case 4:
-        p[0] = (char)0xd6;
+        p[0] = (char)MP_FIXEXT4;
         break;
     case 8:
-        p[0] = (char)0xd7;
+        p[0] = (char)MP_FIXEXT8;
         break;
     case 16:
-        p[0] = (char)0xd8;
+        p[0] = (char)MP_FIXEXT16;
         break;
     default:
         if (n < 256) {
-            p[0] = (char)0xc7;
+            p[0] = (char)MP_EXT8;
             p[1] = (char)n;
             p += 2;
         }
         else if (n < 65536) {
-            p[0] = (char)0xc8;
+            p[0] = (char)MP_EXT16;
             mp_store16(p + 1, (uint16_t)n);
             p += 3;
         }
         else {
-            p[0] = (char)0xc9;
+            p[0] = (char)MP_EXT32;
             mp_store32(p + 1, n);
             p += 5;
         }

@@ -192,7 +192,7 @@ pack_float(const PackOptions *options, OutBuf *buf, double value)
         return -1;
     }
 #endif
-    buf->pos[0] = (char)0xca;
+    buf->pos[0] = (char)MP_FLOAT32;
     buf->pos += 5;
     return 0;
 }
@@ -284,33 +284,33 @@ pack_ext_type_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
 
     data_obj = PyObject_GetAttr(obj, state->str_data);
     if (data_obj == NULL) {
-        goto error;
+        goto done;
     }
     const char *data;
     Py_ssize_t size;
     /* Checked before `code` is read, as msgpack-python does. */
     if (char_data_arg(data_obj, &data, &size) < 0 || mp_check_length(size, "EXT data") < 0) {
-        goto error;
+        goto done;
     }
     code_obj = PyObject_GetAttr(obj, state->str_code);
     if (code_obj == NULL) {
-        goto error;
+        goto done;
     }
     code_int = int_arg(code_obj);
     if (code_int == NULL) {
-        goto error;
+        goto done;
     }
     long code = PyLong_AsLong(code_int);
     if (code == -1 && PyErr_Occurred()) {
-        goto error;
+        goto done;
     }
     /* Python code ran since char_data_arg(): read the bytes again (data_obj
      * is kept alive, but a bytearray may have been resized). */
     if (char_data_arg(data_obj, &data, &size) < 0) {
-        goto error;
+        goto done;
     }
     result = mp_write_ext(buf, (int8_t)code, data, size);
-error:
+done:
     Py_XDECREF(code_int);
     Py_XDECREF(code_obj);
     Py_XDECREF(data_obj);
@@ -336,26 +336,26 @@ pack_timestamp_object(const PackOptions *options, OutBuf *buf, PyObject *obj)
 
     seconds_obj = PyObject_GetAttr(obj, state->str_seconds);
     if (seconds_obj == NULL) {
-        goto error;
+        goto done;
     }
     long long seconds;
     if (long_long_arg(seconds_obj, &seconds) < 0) {
-        goto error;
+        goto done;
     }
     nanoseconds_obj = PyObject_GetAttr(obj, state->str_nanoseconds);
     if (nanoseconds_obj == NULL) {
-        goto error;
+        goto done;
     }
     nanoseconds_int = int_arg(nanoseconds_obj);
     if (nanoseconds_int == NULL) {
-        goto error;
+        goto done;
     }
     unsigned long nanoseconds = PyLong_AsUnsignedLong(nanoseconds_int);
     if (nanoseconds == (unsigned long)-1 && PyErr_Occurred()) {
-        goto error;
+        goto done;
     }
     result = write_timestamp(buf, seconds, nanoseconds);
-error:
+done:
     Py_XDECREF(seconds_obj);
     Py_XDECREF(nanoseconds_obj);
     Py_XDECREF(nanoseconds_int);
@@ -372,17 +372,17 @@ pack_aware_datetime(const PackOptions *options, OutBuf *buf, PyObject *obj)
 
     delta = PyNumber_Subtract(obj, state->epoch);
     if (delta == NULL) {
-        goto error;
+        goto done;
     }
     if (Py_TYPE(delta) != (PyTypeObject *)state->timedelta_type) {
         PyErr_SetString(PyExc_ValueError, "failed to calculate delta");
-        goto error;
+        goto done;
     }
     days_obj = PyObject_GetAttr(delta, state->str_days);
     seconds_obj = days_obj ? PyObject_GetAttr(delta, state->str_seconds) : NULL;
     micros_obj = seconds_obj ? PyObject_GetAttr(delta, state->str_microseconds) : NULL;
     if (micros_obj == NULL) {
-        goto error;
+        goto done;
     }
     /* timedelta normalises to |days| <= 999999999, 0 <= seconds < 86400 and
      * 0 <= microseconds < 10**6, so none of this can overflow. */
@@ -390,10 +390,10 @@ pack_aware_datetime(const PackOptions *options, OutBuf *buf, PyObject *obj)
     long long seconds = PyLong_AsLongLong(seconds_obj);
     long long micros = PyLong_AsLongLong(micros_obj);
     if (PyErr_Occurred()) {
-        goto error;
+        goto done;
     }
     result = write_timestamp(buf, days * 86400 + seconds, (unsigned long)(micros * 1000));
-error:
+done:
     Py_XDECREF(delta);
     Py_XDECREF(days_obj);
     Py_XDECREF(seconds_obj);
@@ -487,11 +487,11 @@ pack_iterated(const PackOptions *options, OutBuf *buf, PyObject *iterable, Py_ss
     int result = -1;
 
     if ((as_map ? mp_write_map_header(buf, size) : mp_write_array_header(buf, size)) < 0) {
-        goto error;
+        goto done;
     }
     iterator = PyObject_GetIter(iterable);
     if (iterator == NULL) {
-        goto error;
+        goto done;
     }
     while ((item = PyIter_Next(iterator)) != NULL) {
         if (++count > size || (as_map ? pack_item_pair(options, buf, item, nest_limit)
@@ -501,14 +501,14 @@ pack_iterated(const PackOptions *options, OutBuf *buf, PyObject *iterable, Py_ss
         Py_CLEAR(item);
     }
     if (PyErr_Occurred()) {
-        goto error;
+        goto done;
     }
     if (count != size) {
         raise_changed_size(as_map ? "mapping" : "sequence");
-        goto error;
+        goto done;
     }
     result = 0;
-error:
+done:
     Py_XDECREF(item);
     Py_XDECREF(iterator);
     return result;
@@ -671,10 +671,10 @@ pack_value(const PackOptions *options, OutBuf *buf, PyObject *obj, int will_defa
         return pack_float(options, buf, PyFloat_AS_DOUBLE(obj));
     }
     if (obj == Py_None) {
-        return mp_write_byte(buf, 0xc0);
+        return mp_write_byte(buf, MP_NIL);
     }
     if (type == &PyBool_Type) {
-        return mp_write_byte(buf, obj == Py_True ? 0xc3 : 0xc2);
+        return mp_write_byte(buf, obj == Py_True ? MP_TRUE : MP_FALSE);
     }
     if (type == &PyDict_Type) {
         return pack_exact_dict(options, buf, obj, nest_limit);
@@ -1263,20 +1263,20 @@ spanpack_packb(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObje
     }
     PyObject *result = NULL;
     if (outbuf_init_bytes(&buf, PACKB_INITIAL_CAPACITY) < 0) {
-        goto error;
+        goto done;
     }
     if (pack_object(&options, &buf, args[0], PACK_NEST_LIMIT) < 0) {
         outbuf_free(&buf);
-        goto error;
+        goto done;
     }
     if (!autoreset) {
         /* Packer(autoreset=False).pack() returns None, and so does packb. */
         outbuf_free(&buf);
         result = Py_NewRef(Py_None);
-        goto error;
+        goto done;
     }
     result = outbuf_finish_bytes(&buf);
-error:
+done:
     Py_XDECREF(unicode_errors);
     return result;
 }

@@ -1,6 +1,9 @@
 /* Joining encoded traces into v0.4, v0.5 and v1.0 payloads. */
 #include "v10.h"
 
+#include "mpwrite.h"
+#include "wire.h"
+
 /* The first two entries of every v0.5 string table, as in the reference
  * tracer: "" (also what None maps to) and the origin key. */
 static int
@@ -206,13 +209,13 @@ append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
     for (uint32_t i = 0; i < local->count; i++) {
         if (strtable_index(&payload->table, local->strings[i], payload_encode_table_entry, NULL,
                            &index_map[i]) < 0) {
-            goto error;
+            goto done;
         }
     }
     Py_ssize_t body_len = outbuf_len(&part->body);
     /* Each hole widens to at most MP_MAX_HEADER bytes. */
     if (outbuf_reserve(&payload->body, body_len + part->holes.count * MP_MAX_HEADER) < 0) {
-        goto error;
+        goto done;
     }
     Py_ssize_t copied = 0;
     for (Py_ssize_t h = 0; h < part->holes.count; h++) {
@@ -226,7 +229,7 @@ append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
     memcpy(payload->body.pos, part->body.start + copied, (size_t)(body_len - copied));
     payload->body.pos += body_len - copied;
     result = 0;
-error:
+done:
     PyMem_Free(index_map);
     return result;
 }
@@ -260,7 +263,7 @@ put_prefix(const PayloadBuilder *payload, OutBuf *head)
         return;
     }
     if (payload->version == 5) {
-        mp_put_byte(head, 0x92);
+        mp_put_byte(head, MP_FIXARRAY | 2); /* [table, traces] */
         mp_put_array_header(head, payload->table.count);
         Py_ssize_t table_len = outbuf_len(&payload->table.encoded);
         memcpy(head->pos, payload->table.encoded.start, (size_t)table_len);

@@ -7,7 +7,9 @@
 #ifndef SPANPACK_PAYLOAD_H
 #define SPANPACK_PAYLOAD_H
 
-#include "spanwrite.h"
+#include "intern.h"
+#include "outbuf.h"
+#include "state.h"
 
 typedef struct {
     OutBuf body;

@@ -2,6 +2,8 @@
  * traces into a payload's string stream. */
 #include "v10.h"
 
+#include "mpwrite.h"
+
 /* No payload id yet: the string's first use in this payload writes it. */
 #define V10_UNSEEN UINT32_MAX
 

@@ -2,14 +2,57 @@
  * order, written straight from the span object. */
 #include "spanwrite.h"
 
-/* A key known at compile time, header byte included: PUT_KEY where room is
- * already reserved, WRITE_KEY otherwise.  The constant size lets the compiler
- * turn the copy into a few moves. */
-#define KEY_SIZE(literal) ((Py_ssize_t)sizeof(literal) - 1)
-#define PUT_KEY(w, literal)                                                                        \
-    (memcpy((w)->out->pos, literal, (size_t)KEY_SIZE(literal)), (w)->out->pos += KEY_SIZE(literal))
-#define WRITE_KEY(w, literal)                                                                      \
-    (outbuf_reserve((w)->out, KEY_SIZE(literal)) < 0 ? -1 : (PUT_KEY(w, literal), 0))
+/* The keys a v0.4 span map uses, in the reference tracer's order: X(name,
+ * length, text).  Each is written as one literal, its fixstr header byte
+ * (from the length) and its text; the length is checked against the text at
+ * compile time, so no key is encoded or counted by hand. */
+#define V04_SPAN_KEYS(X)                                                                           \
+    X(TRACE_ID, 8, "trace_id")                                                                     \
+    X(PARENT_ID, 9, "parent_id")                                                                   \
+    X(SPAN_ID, 7, "span_id")                                                                       \
+    X(SERVICE, 7, "service")                                                                       \
+    X(RESOURCE, 8, "resource")                                                                     \
+    X(NAME, 4, "name")                                                                             \
+    X(START, 5, "start")                                                                           \
+    X(DURATION, 8, "duration")                                                                     \
+    X(ERROR, 5, "error")                                                                           \
+    X(TYPE, 4, "type")                                                                             \
+    X(SPAN_LINKS, 10, "span_links")                                                                \
+    X(SPAN_EVENTS, 11, "span_events")                                                              \
+    X(META, 4, "meta")                                                                             \
+    X(META_STRUCT, 11, "meta_struct")                                                              \
+    X(METRICS, 7, "metrics")                                                                       \
+    /* Meta keys spanpack adds (wire.h). */                                                        \
+    X(TRACE_ID_HIGH, 9, TRACE_ID_HIGH_KEY)                                                         \
+    X(ORIGIN, 10, ORIGIN_KEY)                                                                      \
+    X(EVENTS, 6, SPAN_EVENTS_KEY)
+
+#define V04_CHECK_KEY(name, length, text)                                                          \
+    _Static_assert(sizeof(text) - 1 == (length) && (length) < MP_FIXSTR_LIMIT,                     \
+                   "the length of key " #name " fits a fixstr and is its text's");
+V04_SPAN_KEYS(V04_CHECK_KEY)
+#undef V04_CHECK_KEY
+
+#define V04_KEY_ENUM(name, length, text) KEY_##name,
+typedef enum { V04_SPAN_KEYS(V04_KEY_ENUM) } V04Key;
+#undef V04_KEY_ENUM
+
+/* Each key, header byte included, and its size.  Indexed by constants, so the
+ * compiler reads both at compile time and copies a key with a few moves. */
+#define V04_KEY_BYTES(name, length, text) [KEY_##name] = MP_FIXSTR_HEADER(length) text,
+static const char *const v04_key_bytes[] = {V04_SPAN_KEYS(V04_KEY_BYTES)};
+#undef V04_KEY_BYTES
+#define V04_KEY_SIZE(name, length, text) [KEY_##name] = 1 + (length),
+static const unsigned char v04_key_size[] = {V04_SPAN_KEYS(V04_KEY_SIZE)};
+#undef V04_KEY_SIZE
+
+#define KEY_SIZE(key) ((Py_ssize_t)v04_key_size[key])
+#define KEY_BYTES_AND_SIZE(key) v04_key_bytes[key], KEY_SIZE(key)
+/* PUT_KEY where room is already reserved, WRITE_KEY otherwise. */
+#define PUT_KEY(w, key)                                                                            \
+    (memcpy((w)->out->pos, v04_key_bytes[key], (size_t)KEY_SIZE(key)),                             \
+     (w)->out->pos += KEY_SIZE(key))
+#define WRITE_KEY(w, key) (outbuf_reserve((w)->out, KEY_SIZE(key)) < 0 ? -1 : (PUT_KEY(w, key), 0))
 
 /* Everything but a short exact str: bytes, None, str subclasses, long str. */
 static SP_NOINLINE int
@@ -17,7 +60,7 @@ v04_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
                     int allow_none)
 {
     if (value == Py_None && allow_none) {
-        return mp_write_byte(w->out, 0xc0);
+        return mp_write_byte(w->out, MP_NIL);
     }
     if (value == Py_None) {
         return span_error(w, PyExc_TypeError, field, key, "expected str or bytes, not None");
@@ -125,7 +168,7 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
     Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
     Py_ssize_t extras = add_trace_id_high + (info->origin != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
-    if (WRITE_KEY(w, "\xa4meta") < 0 || map_begin(w, meta_size + extras, &header_pos) < 0 ||
+    if (WRITE_KEY(w, KEY_META) < 0 || map_begin(w, meta_size + extras, &header_pos) < 0 ||
         write_dict_entries(w, meta, "meta", v04_write_meta_entry, 0, &written) < 0) {
         return -1;
     }
@@ -134,7 +177,7 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
         if (hex == NULL) {
             return -1;
         }
-        int result = WRITE_KEY(w, "\xa9" TRACE_ID_HIGH_KEY);
+        int result = WRITE_KEY(w, KEY_TRACE_ID_HIGH);
         if (result == 0) {
             result = v04_write_text(w, hex, "trace_id", NULL, 0);
         }
@@ -147,7 +190,7 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
         /* The reference tracer writes the origin whole (never truncated). */
         Py_ssize_t size;
         const char *utf8 = PyUnicode_AsUTF8AndSize(info->origin, &size);
-        if (utf8 == NULL || WRITE_KEY(w, "\xaa" ORIGIN_KEY) < 0) {
+        if (utf8 == NULL || WRITE_KEY(w, KEY_ORIGIN) < 0) {
             return -1;
         }
         if (mp_write_str(w->out, utf8, size, 1) < 0) {
@@ -155,8 +198,7 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
         }
     }
     if (events_text != NULL) {
-        if (WRITE_KEY(w, "\xa6" SPAN_EVENTS_KEY) < 0 ||
-            v04_write_text(w, events_text, "events", NULL, 0) < 0) {
+        if (WRITE_KEY(w, KEY_EVENTS) < 0 || v04_write_text(w, events_text, "events", NULL, 0) < 0) {
             return -1;
         }
     }
@@ -167,8 +209,7 @@ static int
 v04_write_metrics(SpanWriter *w, PyObject *metrics)
 {
     Py_ssize_t header_pos, written;
-    if (WRITE_KEY(w, "\xa7metrics") < 0 ||
-        map_begin(w, PyDict_GET_SIZE(metrics), &header_pos) < 0 ||
+    if (WRITE_KEY(w, KEY_METRICS) < 0 || map_begin(w, PyDict_GET_SIZE(metrics), &header_pos) < 0 ||
         write_dict_entries(w, metrics, "metrics", v04_write_metric_entry, 0, &written) < 0) {
         return -1;
     }
@@ -204,7 +245,7 @@ static int
 v04_write_meta_struct(SpanWriter *w, PyObject *meta_struct)
 {
     Py_ssize_t header_pos, written;
-    if (WRITE_KEY(w, "\xabmeta_struct") < 0 ||
+    if (WRITE_KEY(w, KEY_META_STRUCT) < 0 ||
         map_begin(w, PyDict_GET_SIZE(meta_struct), &header_pos) < 0 ||
         write_dict_entries(w, meta_struct, "meta_struct", v04_write_meta_struct_entry, 1,
                            &written) < 0) {
@@ -215,7 +256,7 @@ v04_write_meta_struct(SpanWriter *w, PyObject *meta_struct)
 
 /* Links and native events: converted in Python, then packed as plain data. */
 static int
-v04_write_converted(SpanWriter *w, const char *key_literal, Py_ssize_t key_size,
+v04_write_converted(SpanWriter *w, const char *key, Py_ssize_t key_size,
                     PyObject *(*convert)(SpanWriter *, PyObject *), PyObject *items,
                     const char *field)
 {
@@ -223,7 +264,7 @@ v04_write_converted(SpanWriter *w, const char *key_literal, Py_ssize_t key_size,
     if (converted == NULL) {
         return -1;
     }
-    int result = outbuf_write(w->out, key_literal, key_size);
+    int result = outbuf_write(w->out, key, key_size);
     if (result == 0) {
         result = pack_object(&w->value_options, w->out, converted, PACK_NEST_LIMIT);
         if (result < 0) {
@@ -236,9 +277,13 @@ v04_write_converted(SpanWriter *w, const char *key_literal, Py_ssize_t key_size,
 
 /* The largest fixed-size run of a span: map header, trace_id, parent_id and
  * span_id with their keys. */
-#define V04_IDS_MAX_SIZE (1 + 9 + 9 + 10 + 9 + 8 + 9)
-/* start, duration and error with their keys. */
-#define V04_TIMES_MAX_SIZE (6 + 9 + 9 + 9 + 6 + 1)
+#define V04_IDS_MAX_SIZE                                                                           \
+    (1 + KEY_SIZE(KEY_TRACE_ID) + MP_MAX_HEADER + KEY_SIZE(KEY_PARENT_ID) + MP_MAX_HEADER +        \
+     KEY_SIZE(KEY_SPAN_ID) + MP_MAX_HEADER)
+/* start, duration and error (the byte 1) with their keys. */
+#define V04_TIMES_MAX_SIZE                                                                         \
+    (KEY_SIZE(KEY_START) + MP_MAX_HEADER + KEY_SIZE(KEY_DURATION) + MP_MAX_HEADER +                \
+     KEY_SIZE(KEY_ERROR) + 1)
 
 static int
 v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
@@ -260,7 +305,7 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int64_t start = 0, duration = 0;
     int has_error;
     if (check_required_fields(w, &v) < 0) {
-        goto error;
+        goto done;
     }
     int has_parent = parent != NULL && parent != Py_None;
     int has_duration = duration_obj != NULL && duration_obj != Py_None;
@@ -269,16 +314,16 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         span_int64(w, v.value[SF_START], "start_ns", &start) < 0 ||
         (has_duration && span_int64(w, duration_obj, "duration_ns", &duration) < 0) ||
         span_error_flag(w, v.value[SF_ERROR], &has_error) < 0) {
-        goto error;
+        goto done;
     }
     if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0 ||
         check_dict_field(w, meta_struct, "meta_struct") < 0) {
-        goto error;
+        goto done;
     }
     Py_ssize_t links_count = field_length(w, v.value[SF_LINKS], "links");
     Py_ssize_t events_count = field_length(w, v.value[SF_EVENTS], "events");
     if (links_count < 0 || events_count < 0) {
-        goto error;
+        goto done;
     }
     int has_type = span_type != NULL && span_type != Py_None;
     int has_links = links_count > 0;
@@ -289,12 +334,12 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int add_trace_id_high = 0;
     if (w->span_index == 0 && info->trace_id_high != 0 &&
         meta_lacks_trace_id_high(w, meta, &add_trace_id_high) < 0) {
-        goto error;
+        goto done;
     }
     if (events_count > 0 && !w->native_span_events) {
         events_text = events_json(w, v.value[SF_EVENTS]);
         if (events_text == NULL) {
-            goto error;
+            goto done;
         }
     }
     int has_meta = (meta != NULL && meta != Py_None && PyDict_GET_SIZE(meta) > 0) ||
@@ -303,63 +348,61 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     uint32_t key_count = 7 + has_parent + has_error + has_type + has_links + native_events +
                          has_meta + has_meta_struct + has_metrics;
     if (outbuf_reserve(w->out, V04_IDS_MAX_SIZE) < 0) {
-        goto error;
+        goto done;
     }
     mp_put_map_header(w->out, key_count);
-    PUT_KEY(w, "\xa8trace_id");
+    PUT_KEY(w, KEY_TRACE_ID);
     mp_put_uint(w->out, info->trace_id_low);
     if (has_parent) {
-        PUT_KEY(w, "\xa9parent_id");
+        PUT_KEY(w, KEY_PARENT_ID);
         mp_put_uint(w->out, parent_id);
     }
-    PUT_KEY(w, "\xa7span_id");
+    PUT_KEY(w, KEY_SPAN_ID);
     mp_put_uint(w->out, span_id);
-    if (WRITE_KEY(w, "\xa7service") < 0 ||
+    if (WRITE_KEY(w, KEY_SERVICE) < 0 ||
         v04_write_text(w, service ? service : Py_None, "service", NULL, 1) < 0 ||
-        WRITE_KEY(w, "\xa8resource") < 0 ||
+        WRITE_KEY(w, KEY_RESOURCE) < 0 ||
         v04_write_text(w, resource ? resource : Py_None, "resource", NULL, 1) < 0 ||
-        WRITE_KEY(w, "\xa4name") < 0 || v04_write_text(w, v.value[SF_NAME], "name", NULL, 1) < 0 ||
+        WRITE_KEY(w, KEY_NAME) < 0 || v04_write_text(w, v.value[SF_NAME], "name", NULL, 1) < 0 ||
         outbuf_reserve(w->out, V04_TIMES_MAX_SIZE) < 0) {
-        goto error;
+        goto done;
     }
-    PUT_KEY(w, "\xa5start");
+    PUT_KEY(w, KEY_START);
     mp_put_int(w->out, start);
-    PUT_KEY(w, "\xa8"
-               "duration");
+    PUT_KEY(w, KEY_DURATION);
     if (has_duration) {
         mp_put_int(w->out, duration);
     }
     else {
-        mp_put_byte(w->out, 0xc0);
+        mp_put_byte(w->out, MP_NIL);
     }
     if (has_error) {
-        PUT_KEY(w, "\xa5"
-                   "error");
-        mp_put_byte(w->out, 0x01);
+        PUT_KEY(w, KEY_ERROR);
+        mp_put_byte(w->out, MP_POSITIVE_FIXINT | 1);
     }
     if (has_type &&
-        (WRITE_KEY(w, "\xa4type") < 0 || v04_write_text(w, span_type, "span_type", NULL, 0) < 0)) {
-        goto error;
+        (WRITE_KEY(w, KEY_TYPE) < 0 || v04_write_text(w, span_type, "span_type", NULL, 0) < 0)) {
+        goto done;
     }
-    if (has_links && v04_write_converted(w, "\xaaspan_links", 11, links_for_v04, v.value[SF_LINKS],
-                                         "links") < 0) {
-        goto error;
+    if (has_links && v04_write_converted(w, KEY_BYTES_AND_SIZE(KEY_SPAN_LINKS), links_for_v04,
+                                         v.value[SF_LINKS], "links") < 0) {
+        goto done;
     }
-    if (native_events && v04_write_converted(w, "\xabspan_events", 12, events_for_v04,
+    if (native_events && v04_write_converted(w, KEY_BYTES_AND_SIZE(KEY_SPAN_EVENTS), events_for_v04,
                                              v.value[SF_EVENTS], "events") < 0) {
-        goto error;
+        goto done;
     }
     if (has_meta && v04_write_meta(w, meta, info, add_trace_id_high, events_text) < 0) {
-        goto error;
+        goto done;
     }
     if (has_meta_struct && v04_write_meta_struct(w, meta_struct) < 0) {
-        goto error;
+        goto done;
     }
     if (has_metrics && v04_write_metrics(w, metrics) < 0) {
-        goto error;
+        goto done;
     }
     result = 0;
-error:
+done:
     Py_XDECREF(events_text);
     span_values_release(w, &v);
     return result;

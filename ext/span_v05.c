@@ -193,7 +193,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     long error_value = 0;
 
     if (check_required_fields(w, &v) < 0) {
-        goto error;
+        goto done;
     }
     if (span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||
         (parent != NULL && parent != Py_None &&
@@ -201,34 +201,34 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         v05_time_value(w, v.value[SF_START], "start_ns", &start) < 0 ||
         v05_time_value(w, v.value[SF_DURATION], "duration_ns", &duration) < 0 ||
         v05_error_value(w, error_obj, &error_value) < 0) {
-        goto error;
+        goto done;
     }
     if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0) {
-        goto error;
+        goto done;
     }
     Py_ssize_t links_count = field_length(w, v.value[SF_LINKS], "links");
     Py_ssize_t events_count = field_length(w, v.value[SF_EVENTS], "events");
     if (links_count < 0 || events_count < 0) {
-        goto error;
+        goto done;
     }
     if (links_count > 0 && (links_text = links_json(w, v.value[SF_LINKS])) == NULL) {
-        goto error;
+        goto done;
     }
     if (events_count > 0 && (events_text = events_json(w, v.value[SF_EVENTS])) == NULL) {
-        goto error;
+        goto done;
     }
     int add_trace_id_high = 0;
     if (w->span_index == 0 && info->trace_id_high != 0 &&
         meta_lacks_trace_id_high(w, meta, &add_trace_id_high) < 0) {
-        goto error;
+        goto done;
     }
 
-    if (mp_write_byte(w->out, 0x90 | V05_SPAN_ELEMENTS) < 0 ||
+    if (mp_write_byte(w->out, MP_FIXARRAY | V05_SPAN_ELEMENTS) < 0 ||
         v05_write_text(w, v.value[SF_SERVICE], "service", NULL) < 0 ||
         v05_write_text(w, v.value[SF_NAME], "name", NULL) < 0 ||
         v05_write_text(w, v.value[SF_RESOURCE], "resource", NULL) < 0 ||
         outbuf_reserve(w->out, V05_NUMBERS_MAX_SIZE) < 0) {
-        goto error;
+        goto done;
     }
     mp_put_uint(w->out, info->trace_id_low);
     mp_put_uint(w->out, span_id);
@@ -244,46 +244,46 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     Py_ssize_t header_pos, written;
     if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
         write_dict_entries(w, meta, "meta", v05_write_meta_entry, 0, &written) < 0) {
-        goto error;
+        goto done;
     }
     if (add_trace_id_high) {
         PyObject *hex = trace_id_high_hex(info->trace_id_high);
         if (hex == NULL) {
-            goto error;
+            goto done;
         }
         int written_tid = v05_write_json_entry(w, w->state->str_trace_id_high_key, hex, "trace_id");
         Py_DECREF(hex);
         if (written_tid < 0) {
-            goto error;
+            goto done;
         }
     }
     if (has_origin && (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 ||
                        v05_write_index(w, info->origin_index) < 0)) {
-        goto error;
+        goto done;
     }
     if (links_text != NULL &&
         v05_write_json_entry(w, w->state->str_span_links_key, links_text, "links") < 0) {
-        goto error;
+        goto done;
     }
     if (events_text != NULL &&
         v05_write_json_entry(w, w->state->str_events_key, events_text, "events") < 0) {
-        goto error;
+        goto done;
     }
     if (map_end(w, header_pos, written + extras) < 0) {
-        goto error;
+        goto done;
     }
 
     Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
     if (map_begin(w, metrics_size, &header_pos) < 0 ||
         write_dict_entries(w, metrics, "metrics", v05_write_metric_entry, 0, &written) < 0 ||
         map_end(w, header_pos, written) < 0) {
-        goto error;
+        goto done;
     }
     if (v05_write_text(w, v.value[SF_SPAN_TYPE], "span_type", NULL) < 0) {
-        goto error;
+        goto done;
     }
     result = 0;
-error:
+done:
     Py_XDECREF(links_text);
     Py_XDECREF(events_text);
     span_values_release(w, &v);

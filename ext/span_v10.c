@@ -1,5 +1,6 @@
 /* /v1.0/traces: one trace as a chunk map, its spans as integer-keyed maps and
  * every string streamed (see v10.h and docs/wire-format-v1.md). */
+#include "spanwrite.h"
 #include "v10.h"
 
 /* Chunk keys. */

@@ -12,30 +12,14 @@
 #define SP_AUDIT_READ Py_AUDIT_READ
 #endif
 
-const char *const span_field_names[SF_COUNT] = {
-    [SF_TRACE_ID] = "trace_id",
-    [SF_SPAN_ID] = "span_id",
-    [SF_PARENT_ID] = "parent_id",
-    [SF_SERVICE] = "service",
-    [SF_NAME] = "name",
-    [SF_RESOURCE] = "resource",
-    [SF_SPAN_TYPE] = "span_type",
-    [SF_START] = "start_ns",
-    [SF_DURATION] = "duration_ns",
-    [SF_ERROR] = "error",
-    [SF_META] = "meta",
-    [SF_METRICS] = "metrics",
-    [SF_META_STRUCT] = "meta_struct",
-    [SF_LINKS] = "links",
-    [SF_EVENTS] = "events",
-    [SF_ORIGIN] = "origin",
-};
+#define SF_NAME_ENTRY(constant, name, ddtrace, per_span, prefetched, required) [constant] = name,
+const char *const span_field_names[SF_COUNT] = {SPAN_FIELDS(SF_NAME_ENTRY)};
+#undef SF_NAME_ENTRY
 
-/* Where ddtrace's pure-Python Span (4.x) keeps each field. */
-static const char *const ddtrace_attributes[SF_COUNT] = {
-    [SF_META] = "_meta",   [SF_METRICS] = "_metrics", [SF_META_STRUCT] = "_meta_struct",
-    [SF_LINKS] = "_links", [SF_EVENTS] = "_events",   [SF_ORIGIN] = "context.dd_origin",
-};
+#define SF_DDTRACE_ENTRY(constant, name, ddtrace, per_span, prefetched, required)                  \
+    [constant] = ddtrace,
+const char *const span_field_ddtrace_attributes[SF_COUNT] = {SPAN_FIELDS(SF_DDTRACE_ENTRY)};
+#undef SF_DDTRACE_ENTRY
 
 static int
 field_index(PyObject *name)
@@ -65,14 +49,14 @@ attribute_from_name(PyObject *name)
     parts = PyUnicode_Split(name, dot, -1);
     Py_DECREF(dot);
     if (parts == NULL) {
-        goto error;
+        goto done;
     }
     Py_ssize_t count = PyList_GET_SIZE(parts);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *part = PyList_GET_ITEM(parts, i);
         if (PyUnicode_GET_LENGTH(part) == 0) {
             PyErr_Format(PyExc_ValueError, "invalid attribute path %R in fields", name);
-            goto error;
+            goto done;
         }
         Py_INCREF(part);
         PyUnicode_InternInPlace(&part);
@@ -84,7 +68,7 @@ attribute_from_name(PyObject *name)
     else {
         result = PyList_AsTuple(parts);
     }
-error:
+done:
     Py_XDECREF(parts);
     return result;
 }
@@ -93,7 +77,7 @@ static void
 list_required_span_fields(SpanFieldReader *reader)
 {
     reader->required_span_count = 0;
-    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+    for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
         if (reader->required & (1u << i)) {
             reader->required_span_fields[reader->required_span_count++] = (SpanField)i;
         }
@@ -146,8 +130,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
         reader->attribute[i] = Py_NewRef(reader->dict_key[i]);
     }
     index_dict_keys(reader);
-    reader->required =
-        (1u << SF_TRACE_ID) | (1u << SF_SPAN_ID) | (1u << SF_NAME) | (1u << SF_START);
+    reader->required = SF_REQUIRED_FIELDS;
     list_required_span_fields(reader);
     if (fields == NULL || fields == Py_None) {
         return 0;
@@ -159,10 +142,10 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
             goto error;
         }
         for (int i = 0; i < SF_COUNT; i++) {
-            if (ddtrace_attributes[i] == NULL) {
-                continue;
+            if (strcmp(span_field_ddtrace_attributes[i], span_field_names[i]) == 0) {
+                continue; /* the default attribute already */
             }
-            PyObject *name = PyUnicode_FromString(ddtrace_attributes[i]);
+            PyObject *name = PyUnicode_FromString(span_field_ddtrace_attributes[i]);
             if (name == NULL) {
                 goto error;
             }
@@ -425,15 +408,6 @@ get_attribute_path(PyObject *obj, PyObject *path, PyObject **value)
     return 0;
 }
 
-/* Fields whose values are worth loading ahead: ids, times, text and tag
- * dicts are distinct objects per span; error (a small int), meta_struct,
- * links and events are nearly always shared singletons (0, None). */
-static int
-prefetched_field(int field)
-{
-    return field != SF_ERROR && field != SF_META_STRUCT && field != SF_LINKS && field != SF_EVENTS;
-}
-
 /* The derived parts of a layout: which fields need calls, the packed slot
  * list, and what to prefetch. */
 static void
@@ -466,11 +440,11 @@ layout_index(SpanTypeLayout *layout, PyTypeObject *type, PyObject *const *attrib
         if (source != FIELD_SLOT && source != FIELD_ABSENT) {
             layout->call_fields |= 1u << i;
         }
-        if (source != FIELD_SLOT || i < SF_SPAN_ID || i > SF_EVENTS) {
+        if (source != FIELD_SLOT || !(SF_PER_SPAN_FIELDS & (1u << i))) {
             continue;
         }
         layout->slot_fields[layout->slot_field_count++] = (signed char)i;
-        if (prefetched_field(i)) {
+        if (SF_PREFETCHED_FIELDS & (1u << i)) {
             layout->slot_offsets[layout->slot_count++] = layout->offset[i];
         }
     }
@@ -828,8 +802,8 @@ spanvalues_release(SpanValues *values)
 static void
 mark_borrowed(SpanValues *values)
 {
-    values->first = SF_SPAN_ID;
-    values->last = SF_EVENTS;
+    values->first = SF_FIRST_PER_SPAN;
+    values->last = SF_LAST_PER_SPAN;
     values->borrowed = 1;
     values->failed = -1;
 #ifdef SP_CHECK_BORROWED
@@ -849,7 +823,7 @@ read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValue
     if (!pydict_entries(span, &entries) || entries.stride != 2) {
         return 0; /* only dicts whose keys are all str */
     }
-    for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+    for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
         values->value[i] = NULL;
     }
     PyObject *const *entry = entries.keys;
@@ -861,7 +835,7 @@ read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValue
             return 0;
         }
         int field = field_of_key(reader, entry[0]);
-        if (field >= SF_SPAN_ID && field <= SF_EVENTS) {
+        if (field >= SF_FIRST_PER_SPAN && field <= SF_LAST_PER_SPAN) {
             values->value[field] = entry[1];
         }
     }
@@ -873,7 +847,7 @@ int
 spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, SpanValues *values)
 {
 #ifndef Py_GIL_DISABLED /* without the GIL another thread could free them */
-    const uint32_t span_fields = fields_mask(SF_SPAN_ID, SF_EVENTS);
+    const uint32_t span_fields = SF_PER_SPAN_FIELDS;
     if (may_borrow && PyDict_Check(span)) {
         if (read_dict_span_in_place(reader, span, values)) {
             return 0;
@@ -887,15 +861,15 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
         uint32_t instance_fields = layout->instance_fields & span_fields;
         if ((layout->call_fields & ~instance_fields & span_fields) == 0 &&
             layout->type == Py_TYPE(span)) {
-            if (layout->slot_field_count == SF_EVENTS - SF_SPAN_ID + 1) {
+            if (layout->slot_field_count == SF_PER_SPAN_COUNT) {
                 /* Every field a slot: one straight run of loads. */
-                for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+                for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
                     values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
                 }
                 mark_borrowed(values);
                 return 0;
             }
-            for (int i = SF_SPAN_ID; i <= SF_EVENTS; i++) {
+            for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
                 values->value[i] = NULL;
             }
             if (instance_fields == 0 ||
@@ -912,7 +886,7 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
 #else
     (void)may_borrow;
 #endif
-    return spanfields_read(reader, span, SF_SPAN_ID, SF_EVENTS, values);
+    return spanfields_read(reader, span, SF_FIRST_PER_SPAN, SF_LAST_PER_SPAN, values);
 }
 
 void

@@ -12,28 +12,72 @@
 
 #include "compat.h"
 
-typedef enum {
-    SF_TRACE_ID,
-    SF_SPAN_ID,
-    SF_PARENT_ID,
-    SF_SERVICE,
-    SF_NAME,
-    SF_RESOURCE,
-    SF_SPAN_TYPE,
-    SF_START,
-    SF_DURATION,
-    SF_ERROR,
-    SF_META,
-    SF_METRICS,
-    SF_META_STRUCT,
-    SF_LINKS,
-    SF_EVENTS,
-    SF_ORIGIN,
-    SF_COUNT
-} SpanField;
+/* Every span field, in one table: its enum constant, its protocol name (also
+ * the dict key and the name the encoder reads by default), the attribute of
+ * ddtrace's pure-Python Span (4.x) that holds it with fields="ddtrace" (a
+ * dotted path is followed step by step), and three flags:
+ *   per_span:   read from every span (the others are trace-level values, read
+ *               from a trace's first span only); these form one run,
+ *               SF_FIRST_PER_SPAN..SF_LAST_PER_SPAN;
+ *   prefetched: a per-span field whose value is worth loading ahead (ids,
+ *               times, text and tag dicts are distinct objects per span;
+ *               error, meta_struct, links and events are nearly always shared
+ *               singletons such as 0 or None);
+ *   required:   a span without it is refused (fields="ddtrace" also requires
+ *               meta and metrics: see spanfields_init).
+ * The order is the enum's, and so the order fields are read in. */
+/* clang-format off */
+#define SPAN_FIELDS(X)                                                                             \
+    /* constant      protocol name  ddtrace attribute    per_span prefetched required */            \
+    X(SF_TRACE_ID,     "trace_id",    "trace_id",          0,       0,         1)                   \
+    X(SF_SPAN_ID,      "span_id",     "span_id",           1,       1,         1)                   \
+    X(SF_PARENT_ID,    "parent_id",   "parent_id",         1,       1,         0)                   \
+    X(SF_SERVICE,      "service",     "service",           1,       1,         0)                   \
+    X(SF_NAME,         "name",        "name",              1,       1,         1)                   \
+    X(SF_RESOURCE,     "resource",    "resource",          1,       1,         0)                   \
+    X(SF_SPAN_TYPE,    "span_type",   "span_type",         1,       1,         0)                   \
+    X(SF_START,        "start_ns",    "start_ns",          1,       1,         1)                   \
+    X(SF_DURATION,     "duration_ns", "duration_ns",       1,       1,         0)                   \
+    X(SF_ERROR,        "error",       "error",             1,       0,         0)                   \
+    X(SF_META,         "meta",        "_meta",             1,       1,         0)                   \
+    X(SF_METRICS,      "metrics",     "_metrics",          1,       1,         0)                   \
+    X(SF_META_STRUCT,  "meta_struct", "_meta_struct",      1,       0,         0)                   \
+    X(SF_LINKS,        "links",       "_links",            1,       0,         0)                   \
+    X(SF_EVENTS,       "events",      "_events",           1,       0,         0)                   \
+    X(SF_ORIGIN,       "origin",      "context.dd_origin", 0,       0,         0)
+/* clang-format on */
+
+#define SF_ENUM_ENTRY(constant, name, ddtrace, per_span, prefetched, required) constant,
+typedef enum { SPAN_FIELDS(SF_ENUM_ENTRY) SF_COUNT } SpanField;
+#undef SF_ENUM_ENTRY
+
+/* Bit i set for each field i with the flag (see SPAN_FIELDS). */
+#define SF_FLAG_BIT_PER_SPAN(constant, name, ddtrace, per_span, prefetched, required)              \
+    | ((uint32_t)(per_span) << (constant))
+#define SF_FLAG_BIT_PREFETCHED(constant, name, ddtrace, per_span, prefetched, required)            \
+    | ((uint32_t)(prefetched) << (constant))
+#define SF_FLAG_BIT_REQUIRED(constant, name, ddtrace, per_span, prefetched, required)              \
+    | ((uint32_t)(required) << (constant))
+#define SF_PER_SPAN_FIELDS (0u SPAN_FIELDS(SF_FLAG_BIT_PER_SPAN))
+#define SF_PREFETCHED_FIELDS (0u SPAN_FIELDS(SF_FLAG_BIT_PREFETCHED))
+#define SF_REQUIRED_FIELDS (0u SPAN_FIELDS(SF_FLAG_BIT_REQUIRED))
+
+/* The per-span fields as a range, for the loops that read every span. */
+#define SF_FIRST_PER_SPAN SF_SPAN_ID
+#define SF_LAST_PER_SPAN SF_EVENTS
+#define SF_PER_SPAN_COUNT (SF_LAST_PER_SPAN - SF_FIRST_PER_SPAN + 1)
+
+_Static_assert(SF_COUNT <= 32, "field sets are 32-bit masks");
+_Static_assert(SF_PER_SPAN_FIELDS ==
+                   (((2u << SF_LAST_PER_SPAN) - 1) & ~((1u << SF_FIRST_PER_SPAN) - 1)),
+               "the per-span fields are SF_FIRST_PER_SPAN..SF_LAST_PER_SPAN");
+_Static_assert((SF_PREFETCHED_FIELDS & ~SF_PER_SPAN_FIELDS) == 0,
+               "only per-span fields are prefetched");
 
 /* Protocol name of each field (also the dict key). */
 extern const char *const span_field_names[SF_COUNT];
+/* ddtrace Span attribute of each field (fields="ddtrace"). */
+extern const char *const span_field_ddtrace_attributes[SF_COUNT];
 
 #define SPAN_LAYOUT_CACHE 4
 #define SPAN_KEY_TABLE_SIZE 64 /* power of two, well above SF_COUNT */
@@ -116,7 +160,7 @@ typedef struct {
     PyTypeObject *ddtrace_context_type;
     /* Fields a span must have (bit i: field i); the others may be absent. */
     uint32_t required;
-    /* The same per-span ones (SF_SPAN_ID..SF_EVENTS) as a list, for the
+    /* The same per-span ones as a list, for the
      * check every span goes through. */
     SpanField required_span_fields[SF_COUNT];
     int required_span_count;
@@ -161,7 +205,7 @@ int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, Sp
                     SpanValues *values);
 void spanvalues_release(SpanValues *values);
 
-/* The per-span fields (SF_SPAN_ID..SF_EVENTS) of `span`, borrowed when
+/* The per-span fields (SF_FIRST_PER_SPAN..SF_LAST_PER_SPAN) of `span`, borrowed when
  * `may_borrow` and its class keeps each of them in a slot or cannot have it,
  * else as spanfields_read gives them. */
 int spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow,
@@ -170,8 +214,8 @@ int spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow
 /* Turn borrowed values into new references (a no-op when they already are). */
 void spanvalues_own(SpanValues *values);
 
-/* The first required per-span field that `values` (read over SF_SPAN_ID..
- * SF_EVENTS) lacks, or -1. */
+/* The first required per-span field that `values` (read over the per-span
+ * fields) lacks, or -1. */
 static inline int
 spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values)
 {

@@ -5,28 +5,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-int
-holes_grow(HoleList *holes)
-{
-    Py_ssize_t capacity = holes->capacity ? holes->capacity * 2 : 64;
-    StringHole *items = PyMem_Realloc(holes->items, (size_t)capacity * sizeof(StringHole));
-    if (items == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    holes->items = items;
-    holes->capacity = capacity;
-    return 0;
-}
-
-void
-holes_free(HoleList *holes)
-{
-    PyMem_Free(holes->items);
-    holes->items = NULL;
-    holes->count = holes->capacity = 0;
-}
-
 /* "trace T, span S, FIELD[ KEY]" */
 static PyObject *
 location_text(SpanWriter *w, const char *field, PyObject *key)
@@ -590,7 +568,7 @@ map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
         mp_put_map_header(w->out, (uint32_t)count);
         return 0;
     }
-    w->out->pos[0] = (char)0xdf;
+    w->out->pos[0] = (char)MP_MAP32;
     w->out->pos += 5;
     return 0;
 }

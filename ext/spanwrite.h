@@ -1,94 +1,21 @@
-/* What the v0.4 and v0.5 span writers share: the writer context, errors that
- * name the trace, span and field, and the value rules of the reference
- * tracer (text and its 25,000-character truncation, ids, numbers). */
+/* What the span writers of every version share (their interface to the
+ * encoder is tracewrite.h): errors that name the trace, span and field, the
+ * value rules of the reference tracer (text and its 25,000-character
+ * truncation, ids, numbers), reading a span's values (borrowed when safe),
+ * and writing tag maps. */
 #ifndef SPANPACK_SPANWRITE_H
 #define SPANPACK_SPANWRITE_H
 
-#include "intern.h"
 #include "mpwrite.h"
-#include "packer.h"
 #include "pydict.h"
 #include "pyint.h"
-#include "spanfields.h"
+#include "tracewrite.h"
+#include "wire.h"
 
-/* Strings longer than this (code points for str, bytes for bytes) are cut to
- * TRUNCATED_PREFIX_LEN units followed by TRUNCATION_SUFFIX, as ddtrace does. */
-#define MAX_TEXT_LEN 25000
-#define TRUNCATED_PREFIX_LEN 2486
-#define TRUNCATION_SUFFIX "<truncated>..."
 /* The length of a cut str: every str longer than MAX_TEXT_LEN becomes one of
  * this many characters. */
 #define CUT_TEXT_LEN (TRUNCATED_PREFIX_LEN + (Py_ssize_t)sizeof(TRUNCATION_SUFFIX) - 1)
 
-#define ORIGIN_KEY "_dd.origin"
-#define TRACE_ID_HIGH_KEY "_dd.p.tid"
-#define SPAN_LINKS_KEY "_dd.span_links"
-#define SPAN_EVENTS_KEY "events"
-
-/* A v0.5 string reference not yet written: the body leaves it out and the
- * join writes the payload-table index in its place. */
-typedef struct {
-    Py_ssize_t offset;    /* position in the body */
-    uint32_t local_index; /* index into the encoded trace's own table */
-} StringHole;
-
-typedef struct {
-    StringHole *items;
-    Py_ssize_t count;
-    Py_ssize_t capacity;
-} HoleList;
-
-int holes_grow(HoleList *holes);
-
-static inline int
-holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
-{
-    if (SP_UNLIKELY(holes->count == holes->capacity) && holes_grow(holes) < 0) {
-        return -1;
-    }
-    holes->items[holes->count].offset = offset;
-    holes->items[holes->count].local_index = local_index;
-    holes->count++;
-    return 0;
-}
-void holes_free(HoleList *holes);
-
-typedef struct {
-    SpanpackState *state;
-    SpanFieldReader *reader;
-    EncodedStrCache *cache;    /* v0.4 interning; NULL when off */
-    PackOptions value_options; /* for meta_struct values */
-    int lenient;               /* drop bad tags (counted) instead of raising */
-    int native_span_events;    /* v0.4: events as top-level span_events */
-    Py_ssize_t dropped_tags;
-    /* Location for error messages. */
-    Py_ssize_t trace_index;
-    Py_ssize_t span_index;
-    OutBuf *out;
-    /* v0.5: the string table that indexes are taken from.  Either the
-     * encoded trace's own table, with holes recorded in `holes` and no
-     * encoding (encode_string NULL), or, when writing straight into a
-     * payload, the payload's table (holes NULL, encode_string set). */
-    StringTable *strings;
-    strtable_encode_fn encode_string;
-    HoleList *holes;
-    /* The span being written (held by the caller), and its fields while
-     * they are (or may be) borrowed: every path that can run Python code
-     * owns them first. */
-    PyObject *span;
-    SpanValues *values;
-    /* The tag keys of one map that are (or look like) cut text, as written
-     * (exact str, owned), to refuse a second key that cuts to the same text
-     * (a decoder would keep one value and lose the other).  A plain array,
-     * not a Python set: the map's entries may be being read in place, where
-     * allocating a container could start a garbage collection (Python
-     * code).  For the map of `cut_keys_field` in span `cut_keys_span`. */
-    PyObject **cut_keys;
-    Py_ssize_t cut_key_count;
-    Py_ssize_t cut_key_capacity;
-    const char *cut_keys_field;
-    Py_ssize_t cut_keys_span;
-} SpanWriter;
 
 /* Own the current span's values if they are borrowed.  Called before
  * anything that can run Python code: formatting or creating an exception
@@ -135,9 +62,6 @@ int text_prepare(SpanWriter *w, PyObject *value, const char *field, PyObject *ke
 /* The UTF-8 of a str (NULL and the located error for a lone surrogate). */
 const char *span_utf8(SpanWriter *w, PyObject *str, const char *field, PyObject *key,
                       Py_ssize_t *size);
-
-/* The reference tracer's cut of a str longer than MAX_TEXT_LEN. */
-PyObject *truncated_str(PyObject *str);
 
 /* Is `value` text (str, bytes, bytearray)? */
 static inline int
@@ -258,10 +182,6 @@ typedef int (*TraceStartFn)(SpanWriter *w, TraceInfo *info);
 typedef int (*SpanWriteFn)(SpanWriter *w, PyObject *span, TraceInfo *info);
 int write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span);
 
-/* One trace: array of spans.  Writers per version. */
-int v04_write_trace(SpanWriter *w, PyObject *trace);
-int v05_write_trace(SpanWriter *w, PyObject *trace);
-
 
 /* ---- map helpers shared by both versions ---- */
 
@@ -274,8 +194,8 @@ static inline int
 map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 {
     *header_pos = outbuf_len(w->out);
-    if (SP_LIKELY(!w->lenient && count < 16 && w->out->pos < w->out->end)) {
-        mp_put_byte(w->out, (unsigned char)(0x80 | count));
+    if (SP_LIKELY(!w->lenient && count < MP_FIXMAP_LIMIT && w->out->pos < w->out->end)) {
+        mp_put_byte(w->out, (unsigned char)(MP_FIXMAP | count));
         return 0;
     }
     return map_begin_slow(w, count, header_pos);

@@ -6,49 +6,74 @@
 #define SPANPACK_STATE_H
 
 #include "compat.h"
+#include "wire.h"
+
+/* Every object the state holds, in one list per kind, so that the struct,
+ * module exec, traverse and clear cannot drift apart.  Adding an object is
+ * adding one line here (and, for a made object, the code that makes it). */
+
+/* Types defined in C, created by packer_module_init and
+ * trace_encoder_module_init. */
+#define SPANPACK_STATE_TYPES(X)                                                                    \
+    X(packer_type)                                                                                 \
+    X(trace_encoder_type)                                                                          \
+    X(encoded_part_type)
+
+/* Attributes of Python modules, looked up by module exec: X(member, module,
+ * attribute). */
+#define SPANPACK_STATE_IMPORTS(X)                                                                  \
+    /* Classes checked by the Packer. */                                                           \
+    X(ext_type, "spanpack._ext", "ExtType")                                                        \
+    X(timestamp_type, "spanpack._ext", "Timestamp")                                                \
+    /* datetime support for Packer(datetime=True). */                                              \
+    X(datetime_type, "datetime", "datetime")                                                       \
+    X(timedelta_type, "datetime", "timedelta")                                                     \
+    /* Converters for span links and events. */                                                    \
+    X(links_for_v04, "spanpack._extras", "links_for_v04")                                          \
+    X(links_json, "spanpack._extras", "links_json")                                                \
+    X(events_for_v04, "spanpack._extras", "events_for_v04")                                        \
+    X(events_json, "spanpack._extras", "events_json")                                              \
+    X(links_for_v10, "spanpack._extras", "links_for_v10")                                          \
+    X(events_for_v10, "spanpack._extras", "events_for_v10")
+
+/* Objects made by module exec or a type's module init. */
+#define SPANPACK_STATE_MADE(X)                                                                     \
+    X(epoch) /* datetime(1970, 1, 1, tzinfo=timezone.utc): module exec */                          \
+    /* Exceptions raised by the buffered trace encoder (trace_encoder.c). */                       \
+    X(buffer_full_error)                                                                           \
+    X(buffer_item_too_large_error)
+
+/* Interned str: X(member, text). */
+#define SPANPACK_STATE_STRINGS(X)                                                                  \
+    /* Attribute names the Packer looks up. */                                                     \
+    X(str_items, "items")                                                                          \
+    X(str_code, "code")                                                                            \
+    X(str_data, "data")                                                                            \
+    X(str_seconds, "seconds")                                                                      \
+    X(str_nanoseconds, "nanoseconds")                                                              \
+    X(str_tzinfo, "tzinfo")                                                                        \
+    X(str_days, "days")                                                                            \
+    X(str_microseconds, "microseconds")                                                            \
+    /* Span payload strings. */                                                                    \
+    X(str_empty, "")                                                                               \
+    X(str_origin_key, ORIGIN_KEY)                                                                  \
+    X(str_trace_id_high_key, TRACE_ID_HIGH_KEY)                                                    \
+    X(str_span_links_key, SPAN_LINKS_KEY)                                                          \
+    X(str_events_key, SPAN_EVENTS_KEY)
 
 typedef struct {
-    /* Types defined in C. */
-    PyTypeObject *packer_type;
-    PyTypeObject *trace_encoder_type;
-    PyTypeObject *encoded_part_type;
-
-    /* Classes defined in spanpack/_ext.py, checked by the Packer. */
-    PyObject *ext_type;
-    PyObject *timestamp_type;
-
-    /* datetime support for Packer(datetime=True). */
-    PyObject *datetime_type;
-    PyObject *timedelta_type;
-    PyObject *epoch; /* datetime(1970, 1, 1, tzinfo=timezone.utc) */
-
-    /* Exceptions raised by the buffered trace encoder. */
-    PyObject *buffer_full_error;
-    PyObject *buffer_item_too_large_error;
-
-    /* Converters for span links and events (spanpack/_extras.py). */
-    PyObject *links_for_v04;
-    PyObject *links_json;
-    PyObject *events_for_v04;
-    PyObject *events_json;
-    PyObject *links_for_v10;
-    PyObject *events_for_v10;
-
-    /* Interned attribute names. */
-    PyObject *str_items;
-    PyObject *str_code;
-    PyObject *str_data;
-    PyObject *str_seconds;
-    PyObject *str_nanoseconds;
-    PyObject *str_tzinfo;
-    PyObject *str_days;
-    PyObject *str_microseconds;
-    /* Span payload strings. */
-    PyObject *str_empty;
-    PyObject *str_origin_key;
-    PyObject *str_trace_id_high_key;
-    PyObject *str_span_links_key;
-    PyObject *str_events_key;
+#define SP_STATE_TYPE_MEMBER(member) PyTypeObject *member;
+#define SP_STATE_IMPORT_MEMBER(member, module, attribute) PyObject *member;
+#define SP_STATE_MADE_MEMBER(member) PyObject *member;
+#define SP_STATE_STRING_MEMBER(member, text) PyObject *member;
+    SPANPACK_STATE_TYPES(SP_STATE_TYPE_MEMBER)
+    SPANPACK_STATE_IMPORTS(SP_STATE_IMPORT_MEMBER)
+    SPANPACK_STATE_MADE(SP_STATE_MADE_MEMBER)
+    SPANPACK_STATE_STRINGS(SP_STATE_STRING_MEMBER)
+#undef SP_STATE_TYPE_MEMBER
+#undef SP_STATE_IMPORT_MEMBER
+#undef SP_STATE_MADE_MEMBER
+#undef SP_STATE_STRING_MEMBER
 } SpanpackState;
 
 extern PyModuleDef spanpack_module_def;

@@ -7,6 +7,8 @@
  *            short step that runs no Python code, so a failed trace leaves the
  *            buffer untouched and concurrent put()/encode() never tear.
  *            encode() -> [(payload, trace_count), ...]. */
+#include "payload.h"
+#include "tracewrite.h"
 #include "v10.h"
 
 #include <structmember.h>
@@ -380,7 +382,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
         int failed = write_into_payload(self, &payload, trace, i, &trace_dropped) < 0;
         Py_DECREF(trace);
         if (failed) {
-            goto error;
+            goto done;
         }
         dropped += trace_dropped;
     }
@@ -390,7 +392,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
         Py_ssize_t size = PyBytes_GET_SIZE(result);
         self->size_hint = size < MAX_SIZE_HINT ? size + size / 16 : MAX_SIZE_HINT;
     }
-error:
+done:
     payload_free(&payload);
     Py_DECREF(items);
     return result;
@@ -469,11 +471,11 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
     for (Py_ssize_t i = 0; i < count; i++) {
         EncodedTraceObject *item = (EncodedTraceObject *)PySequence_Fast_GET_ITEM(items, i);
         if (payload_append(&payload, &item->part) < 0) {
-            goto error;
+            goto done;
         }
     }
     result = payload_finish(&payload);
-error:
+done:
     payload_free(&payload);
     Py_DECREF(items);
     return result;

@@ -12,6 +12,7 @@
 #define SPANPACK_V10_H
 
 #include "payload.h"
+#include "tracewrite.h"
 
 #define V10_VERSION 10
 

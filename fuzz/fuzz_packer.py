@@ -39,7 +39,7 @@ import msgpack
 
 import spanpack
 
-# Constructs that reproduced the bugs in tests/test_regressions.py (all fixed
+# Constructs that reproduced the bugs in tests/robustness/test_regressions.py (all fixed
 # now) are on by default; FUZZ_INCLUDE_KNOWN=0 leaves them out, for fuzzing a
 # build that predates the fixes without hitting them over and over.
 INCLUDE_KNOWN = os.environ.get("FUZZ_INCLUDE_KNOWN", "1") != "0"
@@ -465,7 +465,7 @@ class Builder:
                         # Same size, but a key already written was replaced by one
                         # that would be written too: spanpack must raise RuntimeError
                         # rather than write more pairs than the map header says
-                        # (tests/test_regressions.py, bug 4).
+                        # (tests/robustness/test_regressions.py, bug 4).
                         self.swapped = True
                         self.mutated = self.mutated or not INCLUDE_KNOWN
                 return 0

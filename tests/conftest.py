@@ -1,6 +1,6 @@
 """Shared fixtures: Datadog's APM test agent, started once per test session.
 
-``test_agent`` yields a tests/agent.py ``DDTestAgent`` (base_url,
+``test_agent`` yields a tests/integration/agent.py ``DDTestAgent`` (base_url,
 start_session, put_payload, traces, clear).  ``agent_session`` gives each test
 its own session token on that agent, so what one test sends never shows up in
 another's traces.
@@ -44,10 +44,7 @@ settings.register_profile(
 if _in_ci():
     settings.load_profile("ci")
 
-try:  # tests/ is imported as a package
-    from .agent import AgentUnavailable, start_agent
-except ImportError:  # tests/ is on sys.path (pytest's default rootdir-relative import)
-    from agent import AgentUnavailable, start_agent
+from tests.integration.agent import AgentUnavailable, start_agent
 
 
 @pytest.fixture(scope="session", name="test_agent")

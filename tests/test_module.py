@@ -104,3 +104,18 @@ def test_minimal_dict_span_reads_back_as_the_readme_says():
     assert [table[i] for i in (traces[0][0][0], traces[0][0][1], traces[0][0][2], traces[0][0][11])] == [
         "", "n", "", ""]
     assert traces[0][0][3:11] == [1, 2, 0, 5, 0, 0, {}, {}]
+
+
+def test_wire_constants():
+    """The constants the Python side imports instead of restating them."""
+    from spanpack import _spanpack
+
+    assert _spanpack.SPAN_FIELDS == (
+        "trace_id", "span_id", "parent_id", "service", "name", "resource", "span_type",
+        "start_ns", "duration_ns", "error", "meta", "metrics", "meta_struct", "links",
+        "events", "origin",
+    )
+    assert (_spanpack.MAX_TEXT_LEN, _spanpack.TRUNCATED_PREFIX_LEN) == (25000, 2486)
+    assert _spanpack.TRUNCATION_SUFFIX == "<truncated>..."
+    assert (_spanpack.ORIGIN_KEY, _spanpack.TRACE_ID_HIGH_KEY) == ("_dd.origin", "_dd.p.tid")
+    assert (_spanpack.SPAN_LINKS_KEY, _spanpack.SPAN_EVENTS_KEY) == ("_dd.span_links", "events")

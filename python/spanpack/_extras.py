@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
-_MAX_TEXT_LEN = 25000
-_TRUNCATED_PREFIX_LEN = 2486
-_TRUNCATION_SUFFIX = "<truncated>..."
+# The C module adds its constants before it imports this module.
+from ._spanpack import MAX_TEXT_LEN as _MAX_TEXT_LEN
+from ._spanpack import TRUNCATED_PREFIX_LEN as _TRUNCATED_PREFIX_LEN
+from ._spanpack import TRUNCATION_SUFFIX as _TRUNCATION_SUFFIX
+
 _FLAGS_SET_BIT = 1 << 31
 _LOW_64_BITS = (1 << 64) - 1
 

@@ -4,6 +4,16 @@ from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Option
 
 _Default = Optional[Callable[[Any], Any]]
 
+# The span fields (protocol names) and the wire constants the encoder uses.
+SPAN_FIELDS: Tuple[str, ...]
+MAX_TEXT_LEN: int
+TRUNCATED_PREFIX_LEN: int
+TRUNCATION_SUFFIX: str
+ORIGIN_KEY: str
+TRACE_ID_HIGH_KEY: str
+SPAN_LINKS_KEY: str
+SPAN_EVENTS_KEY: str
+
 class Packer:
     def __init__(
         self,

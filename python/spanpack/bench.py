@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import spanpack
 
 from . import samples
+from ._spanpack import ORIGIN_KEY
 
 MASK64 = (1 << 64) - 1
 BIG = 256 << 20  # buffer limits for put+encode contenders: never the bottleneck
@@ -132,7 +133,7 @@ def v04_maps(traces: Sequence[Sequence[Any]]) -> List[List[dict]]:
             meta = s.meta
             if origin is not None:
                 meta = dict(meta)
-                meta["_dd.origin"] = origin
+                meta[ORIGIN_KEY] = origin
             if meta:
                 span["meta"] = meta
             if s.metrics:

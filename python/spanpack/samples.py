@@ -36,6 +36,8 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
+from ._spanpack import ORIGIN_KEY, SPAN_FIELDS, TRACE_ID_HIGH_KEY
+
 __all__ = [
     "SHAPES",
     "SampleSpan",
@@ -53,24 +55,7 @@ __all__ = [
 Record = Dict[str, Any]
 Traces = List[List[Any]]
 
-FIELDS = (
-    "trace_id",
-    "span_id",
-    "parent_id",
-    "service",
-    "name",
-    "resource",
-    "span_type",
-    "start_ns",
-    "duration_ns",
-    "error",
-    "meta",
-    "metrics",
-    "meta_struct",
-    "links",
-    "events",
-    "origin",
-)
+FIELDS = SPAN_FIELDS
 
 
 class SampleSpan:
@@ -234,7 +219,7 @@ def _web(ntraces: int = 1, children: int = 50, seed: int = 7) -> List[List[Recor
             "duration_ns": 48_000_000 + rng.randrange(10_000_000),
             "error": 0,
             "meta": {
-                "_dd.p.tid": "%016x" % (trace_id >> 64),
+                TRACE_ID_HIGH_KEY: "%016x" % (trace_id >> 64),
                 "_dd.p.dm": "-0",
                 "env": "prod",
                 "version": "2024.11.3",

@@ -22,6 +22,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional
 
 import spanpack
+from spanpack._spanpack import SPAN_FIELDS
 
 try:
     import attrs
@@ -33,9 +34,8 @@ except ImportError:
     msgspec = None
 
 SPANS = 1000
-CORE = ("trace_id", "span_id", "parent_id", "service", "name", "resource", "span_type",
-        "start_ns", "duration_ns", "error", "meta", "metrics")
-ALL = CORE + ("meta_struct", "links", "events", "origin")
+ALL = SPAN_FIELDS
+CORE = tuple(name for name in ALL if name not in ("meta_struct", "links", "events", "origin"))
 BASE_TIME = 1_700_000_000_000_000_000
 
 

@@ -19,10 +19,7 @@ from hypothesis import strategies as st
 import spanpack
 from spanpack import BufferFull, BufferItemTooLarge, TraceMsgPackEncoder
 
-try:
-    from .spans_strategies import resolved_traces
-except ImportError:
-    from spans_strategies import resolved_traces
+from tests.support import CORE_FIELDS, resolved_traces
 
 VERSIONS = ["v0.4", "v0.5"]
 EMPTY_SIZE = {"v0.4": 1, "v0.5": 15}
@@ -94,10 +91,7 @@ def total_len(payloads):
 class Span:
     """A span object whose field access can be made to fail."""
 
-    FIELDS = (
-        "trace_id span_id parent_id service name resource span_type start_ns "
-        "duration_ns error meta metrics"
-    ).split()
+    FIELDS = CORE_FIELDS
 
     def __init__(self, fail_on=None, exc=RuntimeError, **fields):
         self._fields = make_span(fields.pop("trace_id"), fields.pop("span_id"), **fields)

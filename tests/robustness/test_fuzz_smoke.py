@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-FUZZ_DIR = Path(__file__).resolve().parent.parent / "fuzz"
+FUZZ_DIR = Path(__file__).resolve().parents[2] / "fuzz"
 ITERATIONS = int(os.environ.get("SPANPACK_FUZZ_ITERATIONS", "3000"))
 TIME_CAP = 20.0  # seconds per seed; the iteration count is the budget, this a guard
 

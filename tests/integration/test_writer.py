@@ -21,12 +21,9 @@ import spanpack
 from spanpack import transport
 from spanpack.writer import AgentWriter, choose_version, supported_versions
 
-try:
-    from .fault_server import FaultServer, refusing_url
-except ImportError:
-    from fault_server import FaultServer, refusing_url
+from tests.integration.fault_server import FaultServer, refusing_url
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HAS_V1 = "v1.0" in supported_versions()
 _ids = itertools.count(1)
 
@@ -529,7 +526,7 @@ def test_flush_with_nothing_written_is_immediate(writers):
 
 
 def _run_python(code, timeout=60):
-    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
@@ -542,8 +539,8 @@ def _run_python(code, timeout=60):
 def test_fork_child_starts_empty_and_nothing_is_sent_twice(server):
     code = """
         import json, os, sys, spanpack
-        from test_writer import make_trace
-        import test_writer, itertools
+        from tests.integration.test_writer import make_trace
+        import tests.integration.test_writer as test_writer, itertools
         writer = spanpack.AgentWriter(%r, version="v0.4", flush_interval=60.0)
         def write(first, n):
             test_writer._ids = itertools.count(first)
@@ -579,7 +576,7 @@ def test_fork_child_starts_empty_and_nothing_is_sent_twice(server):
 def test_exit_flushes_without_stop(agent_session):
     code = """
         import spanpack
-        from test_writer import make_trace
+        from tests.integration.test_writer import make_trace
         writer = spanpack.AgentWriter(%r, version="v0.5", flush_interval=60.0)
         for _ in range(25):
             writer.write(make_trace(2))
@@ -603,7 +600,7 @@ def test_exit_with_the_agent_down_is_bounded(server, agent):
         # Registered before spanpack is imported, so it runs after spanpack's exit hook.
         atexit.register(lambda: print(json.dumps([time.monotonic() - started[0], writer.stats])))
         import spanpack
-        from test_writer import make_trace
+        from tests.integration.test_writer import make_trace
         writer = spanpack.AgentWriter(%r, version="v0.4", timeout=0.5, max_attempts=10)
         for _ in range(10):
             writer.write(make_trace())

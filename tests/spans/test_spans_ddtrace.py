@@ -25,36 +25,20 @@ from ddtrace.internal._encoding import MsgpackEncoderV04, MsgpackEncoderV05  # n
 
 import spanpack  # noqa: E402
 
-try:
-    from .spans_strategies import (
-        BIG,
-        DEFAULT_MAX_SIZE,
-        MAX_SPANS_PER_EXAMPLE,
-        VERSIONS,
-        assert_all_paths_equal,
-        ddtrace_encoder,
-        ddtrace_payload,
-        largest_generated_trace,
-        logical_traces,
-        spanpack_paths,
-        to_ddtrace_trace,
-        unpack,
-    )
-except ImportError:
-    from spans_strategies import (
-        BIG,
-        DEFAULT_MAX_SIZE,
-        MAX_SPANS_PER_EXAMPLE,
-        VERSIONS,
-        assert_all_paths_equal,
-        ddtrace_encoder,
-        ddtrace_payload,
-        largest_generated_trace,
-        logical_traces,
-        spanpack_paths,
-        to_ddtrace_trace,
-        unpack,
-    )
+from tests.support import (
+    BIG,
+    DEFAULT_MAX_SIZE,
+    MAX_SPANS_PER_EXAMPLE,
+    VERSIONS,
+    assert_all_paths_equal,
+    ddtrace_encoder,
+    ddtrace_payload,
+    largest_generated_trace,
+    logical_traces,
+    spanpack_paths,
+    to_ddtrace_trace,
+    unpack,
+)
 
 PROPERTY = settings(
     max_examples=300,

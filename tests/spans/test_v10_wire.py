@@ -12,12 +12,8 @@ import pytest
 
 import spanpack
 
-try:
-    from .spans_strategies import good_span
-    from .v10_decoder import decode
-except ImportError:
-    from spans_strategies import good_span
-    from v10_decoder import decode
+from tests.support import good_span
+from tests.v10_decoder import decode
 
 
 def H(*chunks: str) -> bytes:

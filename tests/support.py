@@ -21,6 +21,7 @@ import msgpack
 from hypothesis import strategies as st
 
 import spanpack
+from spanpack._spanpack import MAX_TEXT_LEN, SPAN_FIELDS
 
 U64 = (1 << 64) - 1
 I64_MIN = -(1 << 63)
@@ -39,24 +40,10 @@ DEFAULT_MAX_SIZE = 20 << 20
 VERSIONS = ("v0.4", "v0.5")
 
 # The protocol fields of the default (non-ddtrace) span form.
-FIELDS = (
-    "trace_id",
-    "span_id",
-    "parent_id",
-    "service",
-    "name",
-    "resource",
-    "span_type",
-    "start_ns",
-    "duration_ns",
-    "error",
-    "meta",
-    "metrics",
-    "meta_struct",
-    "links",
-    "events",
-    "origin",
-)
+FIELDS = SPAN_FIELDS
+# The fields every span of the reference tracer has (the others, meta_struct,
+# links, events and origin, are optional extras).
+CORE_FIELDS = tuple(name for name in FIELDS if name not in ("meta_struct", "links", "events", "origin"))
 
 
 # ---------------------------------------------------------------------------
@@ -199,8 +186,8 @@ medium_text = st.builds(
     st.sampled_from([31, 32, 255, 256, 300]),
 )
 # Around the 25,000 code-point truncation limit.
-LONG_LENGTHS = (24999, 25000, 25001, 30000)
-TRUNCATION_LIMIT = 25000
+TRUNCATION_LIMIT = MAX_TEXT_LEN
+LONG_LENGTHS = (MAX_TEXT_LEN - 1, MAX_TEXT_LEN, MAX_TEXT_LEN + 1, 30000)
 
 
 def _long(prefix: str, char: str, n: int) -> str:

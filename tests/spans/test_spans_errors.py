@@ -18,10 +18,7 @@ from hypothesis import strategies as st
 
 import spanpack
 
-try:
-    from .spans_strategies import good_span, logical_traces, to_form
-except ImportError:
-    from spans_strategies import good_span, logical_traces, to_form
+from tests.support import CORE_FIELDS, good_span, logical_traces, to_form
 
 VERSIONS = ("v0.4", "v0.5")
 PATHS = ("encode_traces", "put", "encode_trace")
@@ -361,8 +358,7 @@ def _object_span(raising_field, exception):
     return PropertySpan()
 
 
-PROPERTY_FIELDS = ["trace_id", "span_id", "parent_id", "service", "name", "resource", "span_type",
-                   "start_ns", "duration_ns", "error", "meta", "metrics"]
+PROPERTY_FIELDS = CORE_FIELDS
 
 
 @pytest.mark.parametrize("path", PATHS)

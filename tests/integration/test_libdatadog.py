@@ -25,10 +25,7 @@ import pytest
 
 from spanpack import TraceMsgPackEncoder
 
-try:
-    from .test_agent_payloads import LOW64, check_summary, expected_trace, parsed, rich_traces
-except ImportError:
-    from test_agent_payloads import LOW64, check_summary, expected_trace, parsed, rich_traces
+from tests.integration.test_agent_payloads import LOW64, check_summary, expected_trace, parsed, rich_traces
 
 native = pytest.importorskip("ddtrace.internal.native")
 if not hasattr(native, "TraceExporterBuilder") or not hasattr(native, "TraceExporter"):

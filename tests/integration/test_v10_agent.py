@@ -22,17 +22,12 @@ from hypothesis import strategies as st
 import spanpack
 from spanpack import TraceMsgPackEncoder, samples
 
-try:
-    from . import spans_strategies as strategies
-    from .v10_decoder import DecodeError, decode
-except ImportError:
-    import spans_strategies as strategies
-    from v10_decoder import DecodeError, decode
+from tests import support as strategies
+from tests.v10_decoder import DecodeError, decode
 
 AGENT_PROPERTY = settings(
     max_examples=10,
     deadline=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 DECODER_PROPERTY = settings(AGENT_PROPERTY, max_examples=150)
@@ -65,7 +60,7 @@ def _homogeneous(value: Any) -> bool:
 
 @st.composite
 def v10_traces(draw, max_traces: int = 3) -> List[Dict[str, Any]]:
-    """Logical traces (spans_strategies) with v1.0's limits: start and
+    """Logical traces (tests.support) with v1.0's limits: start and
     duration unsigned (v1.0 has no negative times); and what the test
     agent's v0.4 checks ask for: a name, meta_struct documents that are maps
     (also all that its v1.0 decoder gives back) it can return as JSON, event arrays

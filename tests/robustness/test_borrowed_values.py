@@ -16,11 +16,7 @@ import textwrap
 
 import pytest
 
-FIELDS = (
-    "trace_id", "span_id", "parent_id", "service", "name", "resource", "span_type",
-    "start_ns", "duration_ns", "error", "meta", "metrics", "meta_struct", "links",
-    "events", "origin",
-)
+from tests.support import FIELDS
 
 PRELUDE = textwrap.dedent(
     """

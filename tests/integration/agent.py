@@ -6,7 +6,7 @@ decoded traces back from ``/test/session/traces``.  Only the standard library
 is used here so that this module works wherever pytest does.
 
 Behaviour of ddapm-test-agent 1.69.1 that the helpers rely on (checked by
-experiment, see tests/test_agent_smoke.py):
+experiment, see tests/integration/test_agent_smoke.py):
 
 * a PUT that decodes and passes the enabled checks answers ``200`` with the
   JSON body ``{"rate_by_service": {}}``;
@@ -77,10 +77,8 @@ class AgentError(AssertionError):
 
 
 def _tracer_version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:  # pragma: no cover - Python < 3.8
-        return "0.0.0"
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("spanpack")
     except PackageNotFoundError:

@@ -19,10 +19,7 @@ import pytest
 import spanpack
 from spanpack import TraceMsgPackEncoder
 
-try:
-    from .agent import ENABLED_CHECKS, SESSION_TOKEN_HEADER
-except ImportError:
-    from agent import ENABLED_CHECKS, SESSION_TOKEN_HEADER
+from tests.integration.agent import ENABLED_CHECKS, SESSION_TOKEN_HEADER
 
 VERSIONS = ["v0.4", "v0.5"]
 LOW64 = (1 << 64) - 1

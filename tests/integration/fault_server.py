@@ -33,10 +33,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, 
 
 import msgpack
 
-try:  # tests/ is imported as a package
-    from .v10_decoder import decode as v10_decode
-except ImportError:  # tests/ is on sys.path
-    from v10_decoder import decode as v10_decode
+from tests.v10_decoder import decode as v10_decode
 
 HOST = "127.0.0.1"
 #: A bound on everything that waits, so a broken test fails instead of hanging.

@@ -16,32 +16,18 @@ from hypothesis import strategies as st
 
 import spanpack
 
-try:
-    from .spans_strategies import (
-        FIELDS,
-        INPUT_FORMS,
-        VERSIONS,
-        assert_all_paths_equal,
-        describe_difference,
-        logical_traces,
-        spanpack_paths,
-        good_span,
-        to_form,
-        unpack,
-    )
-except ImportError:
-    from spans_strategies import (
-        FIELDS,
-        INPUT_FORMS,
-        VERSIONS,
-        assert_all_paths_equal,
-        describe_difference,
-        logical_traces,
-        spanpack_paths,
-        good_span,
-        to_form,
-        unpack,
-    )
+from tests.support import (
+    FIELDS,
+    INPUT_FORMS,
+    VERSIONS,
+    assert_all_paths_equal,
+    describe_difference,
+    logical_traces,
+    spanpack_paths,
+    good_span,
+    to_form,
+    unpack,
+)
 
 try:
     import ddtrace  # noqa: F401

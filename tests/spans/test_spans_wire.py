@@ -45,10 +45,7 @@ BASIC_TIMES = START + "05" + DURATION + "07"
 V05_SEEDS = "a0" + ORIGIN_KEY
 
 
-try:
-    from .spans_strategies import good_span as span
-except ImportError:
-    from spans_strategies import good_span as span
+from tests.support import good_span as span
 
 
 def encode(version, traces, **options):

@@ -18,10 +18,7 @@ import pytest
 
 from spanpack import BufferFull, TraceMsgPackEncoder
 
-try:
-    from .spans_strategies import resolved_traces as resolved
-except ImportError:
-    from spans_strategies import resolved_traces as resolved
+from tests.support import resolved_traces as resolved
 
 VERSIONS = ["v0.4", "v0.5"]
 THREADS = 16

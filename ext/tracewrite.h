@@ -1,0 +1,57 @@
+/* Writing one trace: the interface between the encoder (trace_encoder.c) and
+ * the span writers (span_v04.c, span_v05.c, on the rules of spanwrite.h).
+ *
+ * The encoder fills a SpanWriter (where to write, the field reader, the
+ * string cache or table, options, the trace's index for errors) and calls the
+ * version's trace writer, which appends one encoded trace to w->out. */
+#ifndef SPANPACK_TRACEWRITE_H
+#define SPANPACK_TRACEWRITE_H
+
+#include "intern.h"
+#include "packer.h"
+#include "spanfields.h"
+
+typedef struct {
+    SpanpackState *state;
+    SpanFieldReader *reader;
+    EncodedStrCache *cache;    /* v0.4 interning; NULL when off */
+    PackOptions value_options; /* for meta_struct values */
+    int lenient;               /* drop bad tags (counted) instead of raising */
+    int native_span_events;    /* v0.4: events as top-level span_events */
+    Py_ssize_t dropped_tags;
+    /* Location for error messages. */
+    Py_ssize_t trace_index;
+    Py_ssize_t span_index;
+    OutBuf *out;
+    /* v0.5: the string table that indexes are taken from.  Either the
+     * encoded trace's own table, with holes recorded in `holes` and no
+     * encoding (encode_string NULL), or, when writing straight into a
+     * payload, the payload's table (holes NULL, encode_string set). */
+    StringTable *strings;
+    strtable_encode_fn encode_string;
+    HoleList *holes;
+    /* The span being written (held by the caller), and its fields while
+     * they are (or may be) borrowed: every path that can run Python code
+     * owns them first. */
+    PyObject *span;
+    SpanValues *values;
+    /* The tag keys of one map that are (or look like) cut text, as written
+     * (exact str, owned), to refuse a second key that cuts to the same text
+     * (a decoder would keep one value and lose the other).  A plain array,
+     * not a Python set: the map's entries may be being read in place, where
+     * allocating a container could start a garbage collection (Python
+     * code).  For the map of `cut_keys_field` in span `cut_keys_span`. */
+    PyObject **cut_keys;
+    Py_ssize_t cut_key_count;
+    Py_ssize_t cut_key_capacity;
+    const char *cut_keys_field;
+    Py_ssize_t cut_keys_span;
+} SpanWriter;
+
+/* One trace: an array of spans (v0.4: maps; v0.5: arrays of 12 with string
+ * indexes).  0, or -1 with an exception naming the trace, span and field;
+ * on failure w->out holds a partial trace the caller rolls back. */
+int v04_write_trace(SpanWriter *w, PyObject *trace);
+int v05_write_trace(SpanWriter *w, PyObject *trace);
+
+#endif /* SPANPACK_TRACEWRITE_H */

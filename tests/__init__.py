@@ -1,0 +1,1 @@
+"""spanpack's test suite; shared helpers are in tests.support."""

@@ -1,0 +1,1 @@
+"""Against real consumers: the APM test agent, libdatadog, the AgentWriter."""

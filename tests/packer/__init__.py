@@ -1,0 +1,1 @@
+"""The msgpack Packer: API, conversions, vectors, differential against msgpack-python."""

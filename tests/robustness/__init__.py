@@ -1,0 +1,1 @@
+"""Leaks, threads, regressions, borrowed values, memory failures, fuzz smoke."""

@@ -1,0 +1,1 @@
+"""Span encoding: input forms, wire bytes, errors, ddtrace identity, buffering."""
