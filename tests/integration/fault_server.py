@@ -92,6 +92,10 @@ class FaultServer:
         self._listener: Optional[socket.socket] = None
         self._accept_thread: Optional[threading.Thread] = None
         self._open: List[socket.socket] = []
+        # Connections in the middle of a request (head read, answer not yet sent),
+        # and connections stop() has cut: see stop().
+        self._busy: set = set()
+        self._cut: set = set()
         self._threads: List[threading.Thread] = []
         self._running = False
 
@@ -116,7 +120,14 @@ class FaultServer:
         return self
 
     def stop(self) -> None:
-        """Stop listening and cut every open connection (connects are then refused)."""
+        """Stop listening and close every connection (connects are then refused).
+
+        Idle connections are cut at once.  A request already being handled is
+        answered first, as an agent that shuts down does, so that ``accepted``
+        stays exactly what the writer was told was delivered: cutting a
+        connection between recording a payload and answering it would leave a
+        payload the server counts and the writer never hears of.
+        """
         self._running = False
         if self._accept_thread is not None:
             self._accept_thread.join(IO_TIMEOUT)
@@ -127,13 +138,18 @@ class FaultServer:
         with self._lock:
             conns, self._open = self._open, []
             threads, self._threads = self._threads, []
-        for conn in conns:
+            idle = [conn for conn in conns if conn not in self._busy]
+            self._cut.update(idle)
+        for conn in idle:
             try:  # wakes a handler blocked reading this connection
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
         for thread in threads:
             thread.join(IO_TIMEOUT)
+        with self._lock:
+            self._cut.clear()
+            self._busy.clear()
         self._release.clear()
 
     def release(self) -> None:
@@ -195,7 +211,17 @@ class FaultServer:
                 if request is None:
                     return
                 method, path, headers = request
-                if not self._handle(conn, reader, method, path, headers):
+                with self._lock:
+                    if conn in self._cut:  # stop() came first: no answer, nothing recorded
+                        return
+                    self._busy.add(conn)
+                try:
+                    if not self._handle(conn, reader, method, path, headers):
+                        return
+                finally:
+                    with self._lock:
+                        self._busy.discard(conn)
+                if not self._running:  # answered; the server is stopping
                     return
         except (OSError, ValueError):
             return
