@@ -28,7 +28,9 @@ CONTENDERS = ["spanpack v0.4", "spanpack v0.5", "msgpack.packb(to_dict)", "msgsp
 
 
 def contenders(spans):
+    """The encoders, checked to agree on the payload, then the read floor (which writes nothing)."""
     found = user_spans.contenders(spans)
+    user_spans.check(found)
     if READ_FLOOR is not None:
         found["read floor"] = lambda: READ_FLOOR.read_traces([spans], user_spans.ALL)
     return found
@@ -41,26 +43,37 @@ def test_user_span_class(benchmark, shape, contender):
     fns = contenders(spans)
     if contender not in fns:
         pytest.skip("%s is not available" % contender)
-    user_spans.check(fns)
     benchmark.group = "user class: " + shape
     benchmark.extra_info["spans"] = user_spans.SPANS
     benchmark(fns[contender])
 
 
+ROUNDS = 21
+
+
 def main() -> int:
+    """Per-span times, best of ROUNDS rounds.
+
+    The contenders of a shape take turns round by round, so a burst of load
+    on a shared machine costs each of them a round, not one contender its
+    whole measurement.
+    """
     rows = []
     for shape, build in user_spans.SHAPES.items():
         spans = build()
         fns = contenders(spans)
-        user_spans.check(fns)
-        times = {}
+        numbers = {}
         for name, fn in fns.items():
             fn()
-            number = max(1, int(0.02 / max(1e-7, timeit.timeit(fn, number=1))))
-            times[name] = min(timeit.repeat(fn, number=number, repeat=7)) / number / user_spans.SPANS
+            numbers[name] = max(1, int(0.01 / max(1e-7, timeit.timeit(fn, number=1))))
+        times = {name: float("inf") for name in fns}
+        for _ in range(ROUNDS):
+            for name, fn in fns.items():
+                elapsed = timeit.timeit(fn, number=numbers[name]) / numbers[name] / user_spans.SPANS
+                times[name] = min(times[name], elapsed)
         rows.append((shape, times))
     names = [n for n in CONTENDERS if n in rows[0][1]]
-    print("per span, best of 7 rounds; ratio = contender / spanpack v0.4")
+    print("per span, best of %d interleaved rounds; ratio = contender / spanpack v0.4" % ROUNDS)
     print("%-24s" % "shape" + "".join("%24s" % n for n in names))
     for shape, times in rows:
         base = times["spanpack v0.4"]
