@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spanpack
+from tests.packer.subclasses import IntSub, FloatSub, StrSub, BytesSub, BytearraySub, ListSub, TupleSub, DictSub, DatetimeSub
 
 UTC = datetime.timezone.utc
 
@@ -470,10 +471,6 @@ def test_view_of_another_packer_can_be_packed():
 # --------------------------------------------------------------------------
 
 
-class IntSub(int):
-    pass
-
-
 HEADER_SIZES = [
     0, 1, 15, 16, 65535, 65536, 2**32 - 1,
     2**32, 2**32 + 1, 2**63 - 1, 2**63, 2**64, 2**100,
@@ -788,34 +785,6 @@ def test_very_deep_nesting_raises_without_crashing():
 # --------------------------------------------------------------------------
 
 
-class StrSub(str):
-    pass
-
-
-class FloatSub(float):
-    pass
-
-
-class BytesSub(bytes):
-    pass
-
-
-class BytearraySub(bytearray):
-    pass
-
-
-class ListSub(list):
-    pass
-
-
-class TupleSub(tuple):
-    pass
-
-
-class DictSub(dict):
-    pass
-
-
 class Level(enum.IntEnum):
     LOW = 1
     HIGH = 2**33
@@ -1051,10 +1020,6 @@ class NoOffset(datetime.tzinfo):
 class BrokenOffset(datetime.tzinfo):
     def utcoffset(self, dt):
         raise DefaultError("broken tzinfo")
-
-
-class DatetimeSub(datetime.datetime):
-    pass
 
 
 DATETIMES = {
@@ -1492,7 +1457,8 @@ def test_default_mutating_container_under_debug_allocator():
     use of a freed object reads poisoned memory instead of a stale copy."""
     env = dict(os.environ, PYTHONMALLOC="debug", PYTHONFAULTHANDLER="1")
     proc = subprocess.run(
-        [sys.executable, "-X", "dev", __file__, "--mutation-scenarios"],
+        [sys.executable, "-X", "dev", "-m", "tests.packer.test_packer_api", "--mutation-scenarios"],
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
         env=env,
         capture_output=True,
         text=True,

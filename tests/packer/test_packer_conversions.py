@@ -17,6 +17,7 @@ import msgpack
 import pytest
 
 import spanpack
+from tests.packer.subclasses import IntSub, StrSub, BytesSub, BytearraySub
 
 
 def outcome(fn, *args, **kwargs):
@@ -133,13 +134,9 @@ class OnlyIndex:
         return 3
 
 
-class IntSubclass(int):
-    pass
-
-
 class IntReturnsSubclass:
     def __int__(self):
-        return IntSubclass(2)
+        return IntSub(2)
 
 
 class IntReturnsFloat:
@@ -223,21 +220,9 @@ def test_timestamp_fields_replaced_after_construction_match_msgpack():
 # --------------------------------------------------------------------------
 
 
-class BytesSubclass(bytes):
-    pass
-
-
-class BytearraySubclass(bytearray):
-    pass
-
-
-class StrSubclass(str):
-    pass
-
-
 UNICODE_ERRORS = [
-    "replace", b"replace", bytearray(b"replace"), BytesSubclass(b"surrogatepass"),
-    StrSubclass("ignore"), b"strict", "\u00e9", b"\xff", b"no-such-handler",
+    "replace", b"replace", bytearray(b"replace"), BytesSub(b"surrogatepass"),
+    StrSub("ignore"), b"strict", "\u00e9", b"\xff", b"no-such-handler",
     b"repl\x00ace", "repl\x00ace", memoryview(b"replace"), 5, [],
 ]  # fmt: skip
 
@@ -258,8 +243,8 @@ def test_unicode_errors_bytearray_is_read_when_the_packer_is_made():
 
 
 EXT_DATA = [
-    b"ab", "ab", "", "\u00e9", StrSubclass("ab"), StrSubclass("\u00e9"), "\udc80",
-    BytesSubclass(b"ab"), bytearray(b"ab"), BytearraySubclass(b"ab"),
+    b"ab", "ab", "", "\u00e9", StrSub("ab"), StrSub("\u00e9"), "\udc80",
+    BytesSub(b"ab"), bytearray(b"ab"), BytearraySub(b"ab"),
     memoryview(b"ab"), array.array("b", [1, 2]), None, 5, [1, 2],
 ]  # fmt: skip
 

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import spanpack
+from tests.packer.subclasses import IntSub, FloatSub, StrSub, BytesSub, BytearraySub, ListSub, TupleSub, DictSub, DatetimeSub
 
 # --------------------------------------------------------------------------
 # hypothesis profiles (registered here, not in conftest, and never loaded
@@ -57,42 +58,6 @@ def budget(fraction):
 # --------------------------------------------------------------------------
 # value types used by the generated objects
 # --------------------------------------------------------------------------
-
-
-class IntSub(int):
-    pass
-
-
-class FloatSub(float):
-    pass
-
-
-class StrSub(str):
-    pass
-
-
-class BytesSub(bytes):
-    pass
-
-
-class BytearraySub(bytearray):
-    pass
-
-
-class ListSub(list):
-    pass
-
-
-class TupleSub(tuple):
-    pass
-
-
-class DictSub(dict):
-    pass
-
-
-class DatetimeSub(datetime.datetime):
-    pass
 
 
 Point = collections.namedtuple("Point", "x y")
