@@ -4,9 +4,10 @@ without references must not be able to free them.
 Each scenario runs in a child interpreter with the debug allocator (freed
 memory is poisoned, so a use-after-free crashes instead of passing by luck):
 a pending signal handler or a collection's finalizer that replaces a span's
-field while an error about it is being raised, and a class-dict key whose
-__eq__ switches the span's class (freeing the old one) while spanpack reads
-the class's layout.
+field, or empties a tag dict, while an error about it is being raised; a
+class-dict key whose __eq__ switches the span's class (freeing the old one)
+while spanpack reads the class's layout; and finalizers run by releasing
+cached layouts that use the encoder again.
 """
 
 import os
@@ -52,7 +53,7 @@ def run_child(body):
     )
 
 
-@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
 @pytest.mark.parametrize("entry", ["encode_traces", "put"])
 def test_finalizer_replacing_an_out_of_range_int_during_its_error(version, entry):
     """An int subclass beyond 64 bits in start_ns: a collection started while
@@ -96,7 +97,7 @@ def test_finalizer_replacing_an_out_of_range_int_during_its_error(version, entry
     )
 
 
-@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
 @pytest.mark.parametrize("field, bad_value, replacement", [
     ("span_id", "int('18446744073709563961')", "1"),
     ("metrics", "{''.join(['m', 'x']): int('18446744073709563961')}", "{}"),
@@ -361,4 +362,64 @@ def test_item_that_is_not_a_span_reported_after_borrowed_reads():
             del pad, trace
         print("ok")
         """
+    )
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_signal_handler_emptying_the_metrics_dict_while_a_bad_value_is_named(version):
+    """A metric int beyond 64 bits, read in place from the metrics dict: a
+    signal handler run while the error names it empties that same dict (the
+    span keeps it), dropping the dict's reference to the value."""
+    run_child(
+        """
+        busy = slot_span(meta={"k%%d" %% i: "v" for i in range(300_000)})
+        bad = slot_span()
+
+        def handler(signum, frame):
+            bad.metrics.clear()
+
+        signal.signal(signal.SIGALRM, handler)
+        encoder = spanpack.TraceMsgPackEncoder(%(version)r)
+        for _ in range(5):
+            bad.metrics = {"".join(["m", "x"]): int("18446744073709563961")}
+            signal.setitimer(signal.ITIMER_REAL, 0.005)
+            try:
+                encoder.encode_traces([[busy, bad]])
+            except ValueError as error:
+                assert "metrics" in str(error), error
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print("ok")
+        """
+        % {"version": version}
+    )
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_finalizer_run_by_reinitialising_the_encoder_that_encodes_with_it(version):
+    """__init__ releases the layouts cached for the old settings; a
+    finalizer run by that encodes with the same encoder, which must already
+    be whole (the new settings), not half released."""
+    run_child(
+        """
+        encoder = spanpack.TraceMsgPackEncoder(%(version)r)
+        dict_span = {"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 0}
+        payloads = []
+
+        class Churn(str):
+            def __del__(self):
+                payloads.append(encoder.encode_traces([[dict_span]]))
+
+        class Small:
+            service = Churn("c")
+
+        span = Small()
+        span.trace_id, span.span_id, span.name, span.start_ns = 1, 2, "n", 0
+        encoder.encode_traces([[span]])
+        Small.service = "svc"          # the Churn is now held only by the cached layout
+        encoder.__init__(%(version)r)
+        reference = spanpack.TraceMsgPackEncoder(%(version)r).encode_traces([[dict_span]])
+        assert payloads == [reference], (payloads, reference)
+        print("ok")
+        """
+        % {"version": version}
     )
