@@ -423,3 +423,43 @@ def test_finalizer_run_by_reinitialising_the_encoder_that_encodes_with_it(versio
         """
         % {"version": version}
     )
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_audit_hook_run_by_the_debug_check_replacing_a_field(version):
+    """Debug builds (SPANPACK_DEBUG=1, as tox -e sanitize builds) check the
+    borrowed-values rule with a profile function, and installing one is
+    audited: an audit hook (Python code) runs there.  It must run before
+    any value is read without a reference, so a hook that replaces a field
+    frees nothing the encoder still reads.  (Release builds install
+    nothing: there this scenario cannot fail.)"""
+    run_child(
+        """
+        import sys
+
+        span = slot_span(meta={"k": "v"})
+        armed = False
+
+        def hook(event, args):
+            global armed
+            if armed and event == "sys.setprofile":
+                armed = False
+                span.service = None     # the str read before would be freed
+                span.meta = {}
+
+        sys.addaudithook(hook)
+        encoder = spanpack.TraceMsgPackEncoder(%(version)r)
+        for i in range(3):
+            span.service = "".join(["svc", str(i)])
+            span.meta = {"".join(["k", str(i)]): "".join(["v", str(i)])}
+            armed = True
+            for entry in ("encode_traces", "put"):
+                if entry == "put":
+                    encoder.put([span])
+                    encoder.encode()
+                else:
+                    encoder.encode_traces([[span]])
+        print("ok")
+        """
+        % {"version": version}
+    )
