@@ -32,7 +32,8 @@ field_index(PyObject *name)
     return -1;
 }
 
-/* An interned str, or a tuple of them for a dotted path. */
+/* An interned str, or a tuple of them for a dotted path (`name` held by the
+ * caller: errors name it with %R). */
 static PyObject *
 attribute_from_name(PyObject *name)
 {
@@ -177,12 +178,20 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
     Py_ssize_t pos = 0;
     PyObject *key, *name;
     while (PyDict_Next(fields, &pos, &key, &name)) {
+        /* The entry is held while an error may name it: formatting with %R
+         * runs pending signal handlers, which could empty `fields`. */
+        Py_INCREF(key);
+        Py_INCREF(name);
         int index = PyUnicode_Check(key) ? field_index(key) : -1;
+        PyObject *attribute = NULL;
         if (index < 0) {
             PyErr_Format(PyExc_ValueError, "fields: %R is not a span field", key);
-            goto error;
         }
-        PyObject *attribute = attribute_from_name(name);
+        else {
+            attribute = attribute_from_name(name);
+        }
+        Py_DECREF(key);
+        Py_DECREF(name);
         if (attribute == NULL) {
             goto error;
         }

@@ -4,7 +4,8 @@ without references must not be able to free them.
 Each scenario runs in a child interpreter with the debug allocator (freed
 memory is poisoned, so a use-after-free crashes instead of passing by luck):
 a pending signal handler or a collection's finalizer that replaces a span's
-field, or empties a tag dict, while an error about it is being raised; a
+field, or empties a tag dict or the fields= mapping, while an error about
+it is being raised; a
 class-dict key whose __eq__ switches the span's class (freeing the old one)
 while spanpack reads the class's layout; and finalizers run by releasing
 cached layouts that use the encoder again.
@@ -462,4 +463,41 @@ def test_audit_hook_run_by_the_debug_check_replacing_a_field(version):
         print("ok")
         """
         % {"version": version}
+    )
+
+
+@pytest.mark.parametrize("bad_entry", [
+    '"".join(["no_such_", "field"]), "x"',       # a key that is no span field
+    '"name", int("18446744073709563961")',       # an attribute name that is no str
+])
+def test_signal_handler_emptying_the_fields_mapping_while_an_entry_is_named(bad_entry):
+    """fields= is read entry by entry; a signal arriving while a long dotted
+    path is split runs its handler when the error names the bad entry, and
+    the handler empties the mapping, dropping its references to it."""
+    run_child(
+        """
+        long_path = ".".join(["p"] * 2_000_000)     # keeps __init__ busy in C
+        fields = {}
+
+        def handler(signum, frame):
+            fields.clear()
+
+        signal.signal(signal.SIGALRM, handler)
+        for _ in range(5):
+            fields.clear()
+            fields["service"] = long_path
+            key, name = %(bad_entry)s
+            fields[key] = name
+            del key, name
+            signal.setitimer(signal.ITIMER_REAL, 0.005)
+            try:
+                spanpack.TraceMsgPackEncoder("v0.4", fields=fields)
+            except (TypeError, ValueError) as error:
+                assert "fields" in str(error), error
+            else:
+                raise AssertionError("fields with a bad entry accepted")
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print("ok")
+        """
+        % {"bad_entry": bad_entry}
     )
