@@ -5,10 +5,10 @@ Each scenario runs in a child interpreter with the debug allocator (freed
 memory is poisoned, so a use-after-free crashes instead of passing by luck):
 a pending signal handler or a collection's finalizer that replaces a span's
 field, or empties a tag dict or the fields= mapping, while an error about
-it is being raised; a
-class-dict key whose __eq__ switches the span's class (freeing the old one)
-while spanpack reads the class's layout; and finalizers run by releasing
-cached layouts that use the encoder again.
+it is being raised; a class-dict key whose __eq__ switches the span's class
+(freeing the old one) while spanpack reads the class's layout; finalizers
+run by releasing cached layouts that use the encoder again; and, in debug
+builds, an audit hook run by installing the borrowed-values check.
 """
 
 import os
