@@ -75,6 +75,10 @@ typedef struct {
     PyObject *moved_value[MOVED_COUNT];
     int moved_meta;
     int moved_metrics;
+    /* The moved entries the attribute writers met and left out (lenient
+     * mode counts every entry it keeps, these included: Python code run
+     * while it writes, a finalizer, may remove a moved entry). */
+    Py_ssize_t moved_skipped;
 } V10Writer;
 
 /* ---------------------------------------------------------------------------
@@ -509,6 +513,7 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     V10Writer *v10 = (V10Writer *)w;
     if (SP_UNLIKELY(v10->moved_meta > 0) && v10_is_moved(v10, key, MOVED_ENV, MOVED_PRIORITY)) {
+        v10->moved_skipped++;
         return 0;
     }
     if (check_tag_key(w, "meta", key) < 0 || check_meta_value(w, key, value) < 0 ||
@@ -526,6 +531,7 @@ v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     V10Writer *v10 = (V10Writer *)w;
     if (SP_UNLIKELY(v10->moved_metrics > 0) &&
         v10_is_moved(v10, key, MOVED_PRIORITY, MOVED_COUNT)) {
+        v10->moved_skipped++;
         return 0;
     }
     if (check_tag_key(w, "metrics", key) < 0 || v10_write_text(w, key, "metrics", key) < 0) {
@@ -650,6 +656,7 @@ v10_write_attributes(V10Writer *v10, PyObject *meta, PyObject *metrics, PyObject
 {
     SpanWriter *w = &v10->base;
     Py_ssize_t header_pos, meta_written, metrics_written, struct_written;
+    v10->moved_skipped = 0;
     if (mp_write_byte(w->out, V10_SPAN_ATTRIBUTES) < 0 ||
         v10_attributes_begin(w, count, &header_pos) < 0 ||
         write_dict_entries(w, meta, "meta", v10_write_meta_entry, 0, &meta_written) < 0 ||
@@ -660,8 +667,7 @@ v10_write_attributes(V10Writer *v10, PyObject *meta, PyObject *metrics, PyObject
         return -1;
     }
     v10_attributes_end(w, header_pos,
-                       meta_written + metrics_written + struct_written - v10->moved_meta -
-                           v10->moved_metrics);
+                       meta_written + metrics_written + struct_written - v10->moved_skipped);
     return 0;
 }
 

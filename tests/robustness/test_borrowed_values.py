@@ -501,3 +501,54 @@ def test_signal_handler_emptying_the_fields_mapping_while_an_entry_is_named(bad_
         """
         % {"bad_entry": bad_entry}
     )
+
+
+def test_finalizer_swapping_out_a_moved_tag_in_lenient_v10():
+    """v1.0 lenient mode: a finalizer run while a bad tag is dropped removes
+    the env tag (already moved to its own span field) and adds another,
+    keeping the dict's size; the attributes header must count the triplets
+    actually written, so the payload still decodes."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run_child(
+        """
+        import sys
+        sys.path.insert(0, %(root)r)
+        from tests.v10_decoder import decode
+
+        class Swapper:
+            def __init__(self, tags):
+                self.tags, self.cycle = tags, self
+            def __del__(self):
+                del self.tags["env"]
+                self.tags["zzz"] = "v"
+
+        class Pad:
+            pass
+
+        encoder = spanpack.TraceMsgPackEncoder("v1.0", lenient=True)
+        swapped_while_writing = 0
+        for shift in range(-30, 10):
+            meta = {"a": 1, "env": "e", "b": "x"}     # "a": dropped, with an error
+            span = {"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 0, "meta": meta}
+            handled = KeyError()
+            gc.collect()
+            gc.set_threshold(100)
+            Swapper(meta)
+            pad = [Pad() for _ in range(max(0, 100 - gc.get_count()[0] + shift))]
+            try:
+                raise handled
+            except KeyError:            # chaining makes exceptions eagerly
+                try:
+                    payload = encoder.encode_traces([[span]])
+                except RuntimeError:    # the dict changed size under the writer
+                    payload = None
+            gc.set_threshold(700)
+            if payload is not None and "zzz" in meta:
+                decode(payload)
+                swapped_while_writing += b"zzz" in payload
+            del pad, span, meta
+        assert swapped_while_writing > 0, "the finalizer never ran while meta was written"
+        print("ok")
+        """
+        % {"root": root}
+    )
