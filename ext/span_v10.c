@@ -56,7 +56,7 @@ typedef enum {
     MOVED_TRACE_ID_HIGH,
     MOVED_ORIGIN,
     MOVED_DECISION_MAKER,
-    MOVED_PRIORITY,
+    MOVED_PRIORITY, /* the one metrics tag: after every meta tag */
     MOVED_COUNT
 } MovedTag;
 
@@ -75,6 +75,10 @@ typedef struct {
     PyObject *moved_value[MOVED_COUNT];
     int moved_meta;
     int moved_metrics;
+    /* The moved entries the attribute writers met and left out (lenient
+     * mode counts every entry it keeps, these included: Python code run
+     * while it writes, a finalizer, may remove a moved entry). */
+    Py_ssize_t moved_skipped;
 } V10Writer;
 
 /* ---------------------------------------------------------------------------
@@ -469,10 +473,14 @@ v10_scan_metrics(V10Writer *v10, PyObject *metrics)
     }
 }
 
+/* Is `key` one of the moved tags [first, last) (meta's or metrics')?  By
+ * address: a map's moved entry is the same key object; each map is
+ * checked only against its own moved tags, since an equal str (the same
+ * object, when interned) may key the other map too. */
 static inline int
-v10_is_moved(const V10Writer *v10, PyObject *key)
+v10_is_moved(const V10Writer *v10, PyObject *key, MovedTag first, MovedTag last)
 {
-    for (int i = 0; i < MOVED_COUNT; i++) {
+    for (int i = (int)first; i < (int)last; i++) {
         if (v10->moved_key[i] == key) {
             return 1;
         }
@@ -504,7 +512,8 @@ static int
 v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     V10Writer *v10 = (V10Writer *)w;
-    if (SP_UNLIKELY(v10->moved_meta > 0) && v10_is_moved(v10, key)) {
+    if (SP_UNLIKELY(v10->moved_meta > 0) && v10_is_moved(v10, key, MOVED_ENV, MOVED_PRIORITY)) {
+        v10->moved_skipped++;
         return 0;
     }
     if (check_tag_key(w, "meta", key) < 0 || check_meta_value(w, key, value) < 0 ||
@@ -520,7 +529,9 @@ static int
 v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     V10Writer *v10 = (V10Writer *)w;
-    if (SP_UNLIKELY(v10->moved_metrics > 0) && v10_is_moved(v10, key)) {
+    if (SP_UNLIKELY(v10->moved_metrics > 0) &&
+        v10_is_moved(v10, key, MOVED_PRIORITY, MOVED_COUNT)) {
+        v10->moved_skipped++;
         return 0;
     }
     if (check_tag_key(w, "metrics", key) < 0 || v10_write_text(w, key, "metrics", key) < 0) {
@@ -542,7 +553,7 @@ v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     int negative;
     if (pyint_magnitude64(value, &magnitude, &negative) != 0 ||
         (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
-        return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits", value);
+        return raise_metric_out_of_range(w, key, value);
     }
     if (outbuf_reserve(w->out, 10) < 0) {
         return -1;
@@ -645,6 +656,7 @@ v10_write_attributes(V10Writer *v10, PyObject *meta, PyObject *metrics, PyObject
 {
     SpanWriter *w = &v10->base;
     Py_ssize_t header_pos, meta_written, metrics_written, struct_written;
+    v10->moved_skipped = 0;
     if (mp_write_byte(w->out, V10_SPAN_ATTRIBUTES) < 0 ||
         v10_attributes_begin(w, count, &header_pos) < 0 ||
         write_dict_entries(w, meta, "meta", v10_write_meta_entry, 0, &meta_written) < 0 ||
@@ -655,8 +667,7 @@ v10_write_attributes(V10Writer *v10, PyObject *meta, PyObject *metrics, PyObject
         return -1;
     }
     v10_attributes_end(w, header_pos,
-                       meta_written + metrics_written + struct_written - v10->moved_meta -
-                           v10->moved_metrics);
+                       meta_written + metrics_written + struct_written - v10->moved_skipped);
     return 0;
 }
 

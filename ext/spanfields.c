@@ -32,7 +32,8 @@ field_index(PyObject *name)
     return -1;
 }
 
-/* An interned str, or a tuple of them for a dotted path. */
+/* An interned str, or a tuple of them for a dotted path (`name` held by the
+ * caller: errors name it with %R). */
 static PyObject *
 attribute_from_name(PyObject *name)
 {
@@ -177,12 +178,20 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
     Py_ssize_t pos = 0;
     PyObject *key, *name;
     while (PyDict_Next(fields, &pos, &key, &name)) {
+        /* The entry is held while an error may name it: formatting with %R
+         * runs pending signal handlers, which could empty `fields`. */
+        Py_INCREF(key);
+        Py_INCREF(name);
         int index = PyUnicode_Check(key) ? field_index(key) : -1;
+        PyObject *attribute = NULL;
         if (index < 0) {
             PyErr_Format(PyExc_ValueError, "fields: %R is not a span field", key);
-            goto error;
         }
-        PyObject *attribute = attribute_from_name(name);
+        else {
+            attribute = attribute_from_name(name);
+        }
+        Py_DECREF(key);
+        Py_DECREF(name);
         if (attribute == NULL) {
             goto error;
         }
@@ -798,7 +807,31 @@ spanvalues_release(SpanValues *values)
     }
 }
 
-/* Values read without references (see SpanValues). */
+/* Debug builds: the guard goes in before any value is read without a
+ * reference, since installing it runs Python code (audit hooks see
+ * sys.setprofile); it comes out again when the span is not read that way
+ * after all. */
+static inline void
+borrow_begin(SpanValues *values)
+{
+#ifdef SP_CHECK_BORROWED
+    guard_begin(values);
+#else
+    (void)values;
+#endif
+}
+
+static inline void
+borrow_cancel(SpanValues *values)
+{
+#ifdef SP_CHECK_BORROWED
+    guard_end(values);
+#else
+    (void)values;
+#endif
+}
+
+/* Values read without references (see SpanValues), after borrow_begin. */
 static void
 mark_borrowed(SpanValues *values)
 {
@@ -806,9 +839,6 @@ mark_borrowed(SpanValues *values)
     values->last = SF_LAST_PER_SPAN;
     values->borrowed = 1;
     values->failed = -1;
-#ifdef SP_CHECK_BORROWED
-    guard_begin(values);
-#endif
 }
 
 /* A dict span's per-span fields straight from its entries, when every key is
@@ -849,15 +879,19 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
 #ifndef Py_GIL_DISABLED /* without the GIL another thread could free them */
     const uint32_t span_fields = SF_PER_SPAN_FIELDS;
     if (may_borrow && PyDict_Check(span)) {
+        borrow_begin(values);
         if (read_dict_span_in_place(reader, span, values)) {
             return 0;
         }
+        borrow_cancel(values);
     }
     else if (may_borrow) {
         SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
+        borrow_begin(values);
         /* Every field a slot, absent, or in the instance's values array:
-         * nothing to call.  (Resolving the layout ran Python code, which may
-         * have switched the span's class.) */
+         * nothing to call.  (Resolving the layout, and in debug builds
+         * borrow_begin, ran Python code, which may have switched the span's
+         * class or replaced this cache entry.) */
         uint32_t instance_fields = layout->instance_fields & span_fields;
         if ((layout->call_fields & ~instance_fields & span_fields) == 0 &&
             layout->type == Py_TYPE(span)) {
@@ -882,6 +916,7 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
                 return 0;
             }
         }
+        borrow_cancel(values);
     }
 #else
     (void)may_borrow;

@@ -345,6 +345,19 @@ span_error_flag_slow(SpanWriter *w, PyObject *value, int *flag)
 }
 
 int
+raise_metric_out_of_range(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    /* `value` may be borrowed from the metrics dict (read in place), which
+     * Python code run by naming it (a pending signal handler, a collection's
+     * finalizers) can empty: span_error holds the span's values and `key`,
+     * not the dict's entries, so it is held here until it is named. */
+    Py_INCREF(value);
+    span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits", value);
+    Py_DECREF(value);
+    return -1;
+}
+
+int
 write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
 {
     if (PyFloat_Check(value)) {
@@ -358,7 +371,7 @@ write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
     int negative;
     if (pyint_magnitude64(value, &magnitude, &negative) != 0 ||
         (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
-        return span_error(w, PyExc_ValueError, "metrics", key, "%R does not fit in 64 bits", value);
+        return raise_metric_out_of_range(w, key, value);
     }
     if (negative) {
         return mp_write_int(w->out, (int64_t)((uint64_t)0 - magnitude));

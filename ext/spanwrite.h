@@ -139,6 +139,10 @@ span_error_flag(SpanWriter *w, PyObject *value, int *flag)
     return span_error_flag_slow(w, value, flag);
 }
 
+/* The ValueError for a metric int beyond 64 bits (`value` may be borrowed
+ * from the metrics dict).  Returns -1. */
+int raise_metric_out_of_range(SpanWriter *w, PyObject *key, PyObject *value);
+
 /* A metric value: int in [-2**63, 2**64) (bool counts as int, as in the
  * reference tracer) as the smallest int, or float as float64. */
 int write_metric_value(SpanWriter *w, PyObject *key, PyObject *value);

@@ -275,8 +275,10 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
         spanfields_clear(&reader);
         return -1;
     }
-    /* Everything is ready: swap it in (dropping any buffered traces). */
-    spanfields_clear(&self->reader);
+    /* Everything is ready: swap it in (dropping any buffered traces).  The
+     * old reader is released last: its layouts' objects may have finalizers
+     * (Python code) that use this encoder, which must find it whole. */
+    SpanFieldReader old_reader = self->reader;
     self->reader = reader;
     payload_free(&self->current);
     self->current = current;
@@ -295,6 +297,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     self->max_payload_size = max_payload_value;
     self->dropped_tags = 0;
     Py_XSETREF(self->preamble, preamble == Py_None ? NULL : Py_NewRef(preamble));
+    spanfields_clear(&old_reader);
     return 0;
 }
 

@@ -4,9 +4,11 @@ without references must not be able to free them.
 Each scenario runs in a child interpreter with the debug allocator (freed
 memory is poisoned, so a use-after-free crashes instead of passing by luck):
 a pending signal handler or a collection's finalizer that replaces a span's
-field while an error about it is being raised, and a class-dict key whose
-__eq__ switches the span's class (freeing the old one) while spanpack reads
-the class's layout.
+field, or empties a tag dict or the fields= mapping, while an error about
+it is being raised; a class-dict key whose __eq__ switches the span's class
+(freeing the old one) while spanpack reads the class's layout; finalizers
+run by releasing cached layouts that use the encoder again; and, in debug
+builds, an audit hook run by installing the borrowed-values check.
 """
 
 import os
@@ -52,7 +54,7 @@ def run_child(body):
     )
 
 
-@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
 @pytest.mark.parametrize("entry", ["encode_traces", "put"])
 def test_finalizer_replacing_an_out_of_range_int_during_its_error(version, entry):
     """An int subclass beyond 64 bits in start_ns: a collection started while
@@ -96,7 +98,7 @@ def test_finalizer_replacing_an_out_of_range_int_during_its_error(version, entry
     )
 
 
-@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
 @pytest.mark.parametrize("field, bad_value, replacement", [
     ("span_id", "int('18446744073709563961')", "1"),
     ("metrics", "{''.join(['m', 'x']): int('18446744073709563961')}", "{}"),
@@ -361,4 +363,192 @@ def test_item_that_is_not_a_span_reported_after_borrowed_reads():
             del pad, trace
         print("ok")
         """
+    )
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_signal_handler_emptying_the_metrics_dict_while_a_bad_value_is_named(version):
+    """A metric int beyond 64 bits, read in place from the metrics dict: a
+    signal handler run while the error names it empties that same dict (the
+    span keeps it), dropping the dict's reference to the value."""
+    run_child(
+        """
+        busy = slot_span(meta={"k%%d" %% i: "v" for i in range(300_000)})
+        bad = slot_span()
+
+        def handler(signum, frame):
+            bad.metrics.clear()
+
+        signal.signal(signal.SIGALRM, handler)
+        encoder = spanpack.TraceMsgPackEncoder(%(version)r)
+        for _ in range(5):
+            bad.metrics = {"".join(["m", "x"]): int("18446744073709563961")}
+            signal.setitimer(signal.ITIMER_REAL, 0.005)
+            try:
+                encoder.encode_traces([[busy, bad]])
+            except ValueError as error:
+                assert "metrics" in str(error), error
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print("ok")
+        """
+        % {"version": version}
+    )
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_finalizer_run_by_reinitialising_the_encoder_that_encodes_with_it(version):
+    """__init__ releases the layouts cached for the old settings; a
+    finalizer run by that encodes with the same encoder, which must already
+    be whole (the new settings), not half released."""
+    run_child(
+        """
+        encoder = spanpack.TraceMsgPackEncoder(%(version)r)
+        dict_span = {"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 0}
+        payloads = []
+
+        class Churn(str):
+            def __del__(self):
+                payloads.append(encoder.encode_traces([[dict_span]]))
+
+        class Small:
+            service = Churn("c")
+
+        span = Small()
+        span.trace_id, span.span_id, span.name, span.start_ns = 1, 2, "n", 0
+        encoder.encode_traces([[span]])
+        Small.service = "svc"          # the Churn is now held only by the cached layout
+        encoder.__init__(%(version)r)
+        reference = spanpack.TraceMsgPackEncoder(%(version)r).encode_traces([[dict_span]])
+        assert payloads == [reference], (payloads, reference)
+        print("ok")
+        """
+        % {"version": version}
+    )
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_audit_hook_run_by_the_debug_check_replacing_a_field(version):
+    """Debug builds (SPANPACK_DEBUG=1, as tox -e sanitize builds) check the
+    borrowed-values rule with a profile function, and installing one is
+    audited: an audit hook (Python code) runs there.  It must run before
+    any value is read without a reference, so a hook that replaces a field
+    frees nothing the encoder still reads.  (Release builds install
+    nothing: there this scenario cannot fail.)"""
+    run_child(
+        """
+        import sys
+
+        span = slot_span(meta={"k": "v"})
+        armed = False
+
+        def hook(event, args):
+            global armed
+            if armed and event == "sys.setprofile":
+                armed = False
+                span.service = None     # the str read before would be freed
+                span.meta = {}
+
+        sys.addaudithook(hook)
+        encoder = spanpack.TraceMsgPackEncoder(%(version)r)
+        for i in range(3):
+            span.service = "".join(["svc", str(i)])
+            span.meta = {"".join(["k", str(i)]): "".join(["v", str(i)])}
+            armed = True
+            for entry in ("encode_traces", "put"):
+                if entry == "put":
+                    encoder.put([span])
+                    encoder.encode()
+                else:
+                    encoder.encode_traces([[span]])
+        print("ok")
+        """
+        % {"version": version}
+    )
+
+
+@pytest.mark.parametrize("bad_entry", [
+    '"".join(["no_such_", "field"]), "x"',       # a key that is no span field
+    '"name", int("18446744073709563961")',       # an attribute name that is no str
+])
+def test_signal_handler_emptying_the_fields_mapping_while_an_entry_is_named(bad_entry):
+    """fields= is read entry by entry; a signal arriving while a long dotted
+    path is split runs its handler when the error names the bad entry, and
+    the handler empties the mapping, dropping its references to it."""
+    run_child(
+        """
+        long_path = ".".join(["p"] * 2_000_000)     # keeps __init__ busy in C
+        fields = {}
+
+        def handler(signum, frame):
+            fields.clear()
+
+        signal.signal(signal.SIGALRM, handler)
+        for _ in range(5):
+            fields.clear()
+            fields["service"] = long_path
+            key, name = %(bad_entry)s
+            fields[key] = name
+            del key, name
+            signal.setitimer(signal.ITIMER_REAL, 0.005)
+            try:
+                spanpack.TraceMsgPackEncoder("v0.4", fields=fields)
+            except (TypeError, ValueError) as error:
+                assert "fields" in str(error), error
+            else:
+                raise AssertionError("fields with a bad entry accepted")
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print("ok")
+        """
+        % {"bad_entry": bad_entry}
+    )
+
+
+def test_finalizer_swapping_out_a_moved_tag_in_lenient_v10():
+    """v1.0 lenient mode: a finalizer run while a bad tag is dropped removes
+    the env tag (already moved to its own span field) and adds another,
+    keeping the dict's size; the attributes header must count the triplets
+    actually written, so the payload still decodes."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run_child(
+        """
+        import sys
+        sys.path.insert(0, %(root)r)
+        from tests.v10_decoder import decode
+
+        class Swapper:
+            def __init__(self, tags):
+                self.tags, self.cycle = tags, self
+            def __del__(self):
+                del self.tags["env"]
+                self.tags["zzz"] = "v"
+
+        class Pad:
+            pass
+
+        encoder = spanpack.TraceMsgPackEncoder("v1.0", lenient=True)
+        swapped_while_writing = 0
+        for shift in range(-30, 10):
+            meta = {"a": 1, "env": "e", "b": "x"}     # "a": dropped, with an error
+            span = {"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 0, "meta": meta}
+            handled = KeyError()
+            gc.collect()
+            gc.set_threshold(100)
+            Swapper(meta)
+            pad = [Pad() for _ in range(max(0, 100 - gc.get_count()[0] + shift))]
+            try:
+                raise handled
+            except KeyError:            # chaining makes exceptions eagerly
+                try:
+                    payload = encoder.encode_traces([[span]])
+                except RuntimeError:    # the dict changed size under the writer
+                    payload = None
+            gc.set_threshold(700)
+            if payload is not None and "zzz" in meta:
+                decode(payload)
+                swapped_while_writing += b"zzz" in payload
+            del pad, span, meta
+        assert swapped_while_writing > 0, "the finalizer never ran while meta was written"
+        print("ok")
+        """
+        % {"root": root}
     )

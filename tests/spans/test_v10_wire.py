@@ -281,3 +281,14 @@ def test_trace_origin_replaces_origin_tag():
     assert encode([[dict(tagged, origin="")]]) == chunk1(BASIC, 6)
     assert encode([[tagged]]) == chunk1(
         BASIC + "09 93" + fs("_dd.origin") + "01" + fs("x"), 7)
+
+
+def test_tag_key_shared_by_meta_and_metrics():
+    """A key moved out of one map stays in the other: meta's env and the
+    metrics' priority move, while the same str objects keying the other map
+    remain attributes (the array header counts exactly what is written)."""
+    env, priority = "env", "_sampling_priority_v1"      # one object each, in both maps
+    span = good_span(meta={env: "e", priority: "p"}, metrics={env: 0.5, priority: 2})
+    attributes = ("09 96" + fs(priority) + "01" + fs("p")
+                  + fs(env) + "03 cb 3fe0000000000000")
+    assert encode([[span]]) == chunk1(BASIC + attributes + "0d" + fs("e"), 8, "|01 02")
