@@ -202,8 +202,9 @@ strtable_key_equal(PyObject *a, PyObject *b)
                                 (size_t)length * PyUnicode_KIND(a));
 }
 
-/* 1 and *index set when `str` (with this hash) is in the table, else 0. */
-static inline int
+/* 1 and *index set when `str` (with this hash) is in the table, else 0.
+ * Always inlined: it is most of the cost of a string reference. */
+static SP_ALWAYS_INLINE int
 strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t *index)
 {
     size_t i = (size_t)hash & table->mask;
@@ -224,6 +225,11 @@ strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t 
  * NULL.  The slow path of strtable_index. */
 int strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
                     void *arg, uint32_t *index);
+
+/* Add `str`, known to be absent, with its hash (not -1): strtable_insert
+ * without the lookup. */
+int strtable_add(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
+                 void *arg, uint32_t *index);
 
 /* Index of `str` (an exact str or exact bytes), adding it when new.  The
  * encoded form of a new entry is written by `encode(arg, str, out)` unless
@@ -246,11 +252,13 @@ void strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_le
 
 /* ---- v0.5 string references not yet written ---- */
 
-/* A v0.5 string reference not yet written: the body leaves it out and the
- * join writes the payload-table index in its place. */
+/* A v0.5 string reference not yet final: the join writes the payload-table
+ * index in place of the `width` bytes at `offset` (0 bytes, unless a
+ * forecast index was written there). */
 typedef struct {
     Py_ssize_t offset;    /* position in the body */
     uint32_t local_index; /* index into the encoded trace's own table */
+    uint32_t width;
 } StringHole;
 
 typedef struct {
@@ -262,16 +270,73 @@ typedef struct {
 int holes_grow(HoleList *holes);
 
 static inline int
-holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
+holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index, uint32_t width)
 {
     if (SP_UNLIKELY(holes->count == holes->capacity) && holes_grow(holes) < 0) {
         return -1;
     }
-    holes->items[holes->count].offset = offset;
-    holes->items[holes->count].local_index = local_index;
-    holes->count++;
+    StringHole *hole = &holes->items[holes->count++];
+    hole->offset = offset;
+    hole->local_index = local_index;
+    hole->width = width;
     return 0;
 }
 void holes_free(HoleList *holes);
+
+/* ---- v0.5 put(): the payload indexes a trace's strings will get ----
+ *
+ * put() encodes a trace against its own table (Python code may run
+ * meanwhile, which may change the payload) and joins it afterwards.  Most
+ * of the time nothing touches the payload in between, so each string's
+ * payload index is known while the trace is encoded: the index it already
+ * has, or for a string new to the payload the next free one, in the order
+ * the trace's table meets them.  Those forecast indexes are written into the
+ * body (and each still recorded as a hole): if the payload is the same one,
+ * with the same number of strings, when the trace is joined, the join only
+ * adds the new strings and copies the body whole; otherwise it rewrites the
+ * holes as for any encoded trace. */
+/* A forecast index as a msgpack uint, padded so that writing it is one
+ * copy of the whole 8 bytes (and a move of `size`). */
+typedef struct {
+    char encoded[7];
+    uint8_t size;
+} ForecastEntry;
+
+typedef struct {
+    /* The payload's table, only read while the trace is encoded; NULL: no
+     * forecast. */
+    const StringTable *payload;
+    uint64_t payload_id;    /* which payload (PayloadBuilder.id) */
+    uint32_t base;          /* the payload table's count when the trace started */
+    uint32_t next;          /* the index the next string new to the payload gets */
+    ForecastEntry *entries; /* by index in the trace's own table (from 2 on) */
+    uint32_t capacity;
+} IndexForecast;
+
+int forecast_grow(IndexForecast *forecast, const StringTable *local, uint32_t local_index);
+void forecast_set(ForecastEntry *entry, uint32_t index);
+/* The index an entry holds. */
+uint32_t forecast_index(const ForecastEntry *entry);
+void forecast_free(IndexForecast *forecast);
+
+/* Forecast the payload index of entry `local_index`, just added to the
+ * trace's own table `local`. */
+static inline int
+forecast_add(IndexForecast *forecast, const StringTable *local, uint32_t local_index)
+{
+    if (SP_UNLIKELY(local_index >= forecast->capacity) &&
+        forecast_grow(forecast, local, local_index) < 0) {
+        return -1;
+    }
+    uint32_t index;
+    if (!strtable_find(forecast->payload, local->strings[local_index], local->hashes[local_index],
+                       &index)) {
+        /* A wrong guess (the payload changed, or an entry was rolled back)
+         * is caught when the trace is joined. */
+        index = forecast->next++;
+    }
+    forecast_set(&forecast->entries[local_index], index);
+    return 0;
+}
 
 #endif /* SPANPACK_INTERN_H */

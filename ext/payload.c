@@ -6,6 +6,8 @@
 
 /* The first two entries of every v0.5 string table, as in the reference
  * tracer: "" (also what None maps to) and the origin key. */
+#define V05_FIXED_ENTRIES 2
+
 static int
 seed_table(StringTable *table, SpanpackState *state, strtable_encode_fn encode)
 {
@@ -73,8 +75,19 @@ part_reset(EncodedPart *part)
     outbuf_truncate(&part->body, 0);
     part->holes.count = 0;
     if (part->strings.strings != NULL) {
-        strtable_rollback(&part->strings, 2, 0);
+        strtable_rollback(&part->strings, V05_FIXED_ENTRIES, 0);
     }
+    part->forecast.payload = NULL;
+    part->forecast.payload_id = 0;
+}
+
+void
+part_forecast_for(EncodedPart *part, const PayloadBuilder *payload)
+{
+    IndexForecast *forecast = &part->forecast;
+    forecast->payload = &payload->table;
+    forecast->payload_id = payload->id;
+    forecast->base = forecast->next = payload->table.count;
 }
 
 void
@@ -82,12 +95,14 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
 {
     int big_table = part->strings.strings != NULL && part->strings.capacity > 4096;
     if (outbuf_capacity(&part->body) <= keep && !big_table &&
-        part->holes.capacity <= keep / (Py_ssize_t)sizeof(StringHole)) {
+        part->holes.capacity <= keep / (Py_ssize_t)sizeof(StringHole) &&
+        part->forecast.capacity <= keep / sizeof(ForecastEntry)) {
         return;
     }
     part_reset(part);
     outbuf_shrink_capacity(&part->body, keep);
     holes_free(&part->holes);
+    forecast_free(&part->forecast);
     if (big_table) {
         /* A fresh seeded table; if even that cannot be had, keep the old. */
         StringTable small;
@@ -114,6 +129,7 @@ part_free(EncodedPart *part)
         strtable_free(&part->strings);
     }
     holes_free(&part->holes);
+    forecast_free(&part->forecast);
 }
 
 int
@@ -195,7 +211,39 @@ payload_rollback(PayloadBuilder *payload, PayloadMark mark)
     payload->trace_count = mark.trace_count;
 }
 
-/* v0.5: copy the body between holes, writing each hole's payload index. */
+/* v0.5, a trace whose forecast was made for this payload as it still is
+ * (same payload, same table size: its strings have not changed, as entries
+ * are only added, or removed again in the same step that no Python code
+ * interrupts).  Adds the trace's strings new to the payload: if each gets
+ * its forecast index, the body is final as written.  1 then, 0 when a
+ * forecast was wrong (the strings added stay, as a join adds them too), -1
+ * on error. */
+static int
+append_forecast(PayloadBuilder *payload, const EncodedPart *part)
+{
+    const StringTable *local = &part->strings;
+    const IndexForecast *forecast = &part->forecast;
+    int exact = 1;
+    for (uint32_t i = V05_FIXED_ENTRIES; i < local->count; i++) {
+        uint32_t expected = forecast_index(&forecast->entries[i]);
+        if (expected < forecast->base) {
+            continue; /* in the payload already */
+        }
+        uint32_t index;
+        if (strtable_add(&payload->table, local->strings[i], local->hashes[i],
+                         payload_encode_table_entry, NULL, &index) < 0) {
+            return -1;
+        }
+        exact &= index == expected;
+    }
+    if (!exact) {
+        return 0;
+    }
+    return outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body)) < 0 ? -1 : 1;
+}
+
+/* v0.5: copy the body between holes, writing each hole's payload index in
+ * place of what it holds. */
 static int
 append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
 {
@@ -223,7 +271,7 @@ append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
         Py_ssize_t run = hole->offset - copied;
         memcpy(payload->body.pos, part->body.start + copied, (size_t)run);
         payload->body.pos += run;
-        copied = hole->offset;
+        copied = hole->offset + hole->width;
         mp_put_uint(&payload->body, index_map[hole->local_index]);
     }
     memcpy(payload->body.pos, part->body.start + copied, (size_t)(body_len - copied));
@@ -241,10 +289,23 @@ payload_append(PayloadBuilder *payload, const EncodedPart *part)
         return -1;
     }
     PayloadMark mark = payload_mark(payload);
-    int result = payload->version == 5 ? append_with_indexes(payload, part)
-                 : payload->version == V10_VERSION
-                     ? v10_append_part(payload, part)
-                     : outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body));
+    int result;
+    if (payload->version == 5) {
+        result = 0;
+        if (part->forecast.payload_id != 0 && part->forecast.payload_id == payload->id &&
+            part->forecast.base == payload->table.count) {
+            result = append_forecast(payload, part);
+        }
+        if (result == 0) {
+            result = append_with_indexes(payload, part);
+        }
+    }
+    else if (payload->version == V10_VERSION) {
+        result = v10_append_part(payload, part);
+    }
+    else {
+        result = outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body));
+    }
     if (result < 0) {
         payload_rollback(payload, mark);
         return -1;

@@ -16,14 +16,40 @@
 
 /* A string reference.  Written at once when the table is the payload's; in
  * an encoded trace's own table only 0 and 1 mean the same as in every
- * payload, so the others become holes. */
-static inline int
+ * payload, so the others become holes (holding the forecast payload index,
+ * if any). */
+static SP_ALWAYS_INLINE int
 v05_write_index(SpanWriter *w, uint32_t index)
 {
     if (w->holes == NULL || index <= V05_ORIGIN_KEY_INDEX) {
         return mp_write_uint(w->out, index);
     }
-    return holes_push(w->holes, outbuf_len(w->out), index);
+    Py_ssize_t offset = outbuf_len(w->out);
+    if (w->forecast == NULL) {
+        return holes_push(w->holes, offset, index, 0);
+    }
+    const ForecastEntry *entry = &w->forecast->entries[index];
+    if (outbuf_reserve(w->out, sizeof *entry) < 0) {
+        return -1;
+    }
+    memcpy(w->out->pos, entry, sizeof *entry);
+    w->out->pos += entry->size;
+    return holes_push(w->holes, offset, index, entry->size);
+}
+
+/* strtable_index on the writer's table; an entry new to an encoded trace's
+ * table gets its forecast payload index. */
+static SP_ALWAYS_INLINE int
+v05_table_index(SpanWriter *w, PyObject *key, uint32_t *index)
+{
+    uint32_t count = w->strings->count;
+    if (strtable_index(w->strings, key, w->encode_string, NULL, index) < 0) {
+        return -1;
+    }
+    if (w->forecast != NULL && w->strings->count != count) {
+        return forecast_add(w->forecast, w->strings, *index);
+    }
+    return 0;
 }
 
 /* The table key for a text value: the (truncated) exact str or exact bytes,
@@ -38,7 +64,7 @@ v05_text_index_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
         if (!PyUnicode_IS_ASCII(value) && span_utf8(w, value, field, key, &size) == NULL) {
             return -1;
         }
-        return strtable_index(w->strings, value, w->encode_string, NULL, index);
+        return v05_table_index(w, value, index);
     }
     PreparedText text;
     int prepared = text_prepare(w, value, field, key, &text);
@@ -46,12 +72,12 @@ v05_text_index_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
         *index = V05_EMPTY_INDEX;
         return prepared;
     }
-    int result = strtable_index(w->strings, text.object, w->encode_string, NULL, index);
+    int result = v05_table_index(w, text.object, index);
     Py_DECREF(text.object);
     return result;
 }
 
-static inline int
+static SP_ALWAYS_INLINE int
 v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
     uint32_t index = V05_EMPTY_INDEX;
@@ -300,7 +326,7 @@ v05_start_trace(SpanWriter *w, TraceInfo *info)
     if (info->origin == NULL) {
         return 0;
     }
-    return strtable_index(w->strings, info->origin, w->encode_string, NULL, &info->origin_index);
+    return v05_table_index(w, info->origin, &info->origin_index);
 }
 
 int
