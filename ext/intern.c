@@ -1,8 +1,6 @@
 /* String interning: the v0.4 encoded-string cache and the v0.5 string table. */
 #include "intern.h"
 
-#include "mpwrite.h"
-
 /* ---- v0.4 encoded-string cache ---- */
 
 _Static_assert(sizeof(StrCacheSlot) == STRCACHE_SLOT_ALIGN, "a cache slot is one cache line");
@@ -313,17 +311,6 @@ forecast_grow(IndexForecast *forecast, const StringTable *local, uint32_t local_
     forecast->entries = entries;
     forecast->capacity = capacity;
     return 0;
-}
-
-void
-forecast_set(ForecastEntry *entry, uint32_t index)
-{
-    char bytes[MP_MAX_HEADER];
-    OutBuf out = {bytes, bytes, bytes + sizeof bytes, NULL};
-    mp_put_uint(&out, index);
-    memset(entry, 0, sizeof *entry);
-    memcpy(entry->encoded, bytes, (size_t)outbuf_len(&out));
-    entry->size = (uint8_t)outbuf_len(&out);
 }
 
 uint32_t

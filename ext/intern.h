@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "mpwrite.h"
 #include "outbuf.h"
 
 /* ---- v0.4 encoded-string cache ---- */
@@ -252,13 +253,11 @@ void strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_le
 
 /* ---- v0.5 string references not yet written ---- */
 
-/* A v0.5 string reference not yet final: the join writes the payload-table
- * index in place of the `width` bytes at `offset` (0 bytes, unless a
- * forecast index was written there). */
+/* A v0.5 string reference not yet written: the body leaves it out and the
+ * join writes the payload-table index in its place. */
 typedef struct {
     Py_ssize_t offset;    /* position in the body */
     uint32_t local_index; /* index into the encoded trace's own table */
-    uint32_t width;
 } StringHole;
 
 typedef struct {
@@ -269,16 +268,15 @@ typedef struct {
 
 int holes_grow(HoleList *holes);
 
-static inline int
-holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index, uint32_t width)
+static SP_ALWAYS_INLINE int
+holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
 {
     if (SP_UNLIKELY(holes->count == holes->capacity) && holes_grow(holes) < 0) {
         return -1;
     }
-    StringHole *hole = &holes->items[holes->count++];
-    hole->offset = offset;
-    hole->local_index = local_index;
-    hole->width = width;
+    holes->items[holes->count].offset = offset;
+    holes->items[holes->count].local_index = local_index;
+    holes->count++;
     return 0;
 }
 void holes_free(HoleList *holes);
@@ -291,14 +289,16 @@ void holes_free(HoleList *holes);
  * payload index is known while the trace is encoded: the index it already
  * has, or for a string new to the payload the next free one, in the order
  * the trace's table meets them.  Those forecast indexes are written into the
- * body (and each still recorded as a hole): if the payload is the same one,
- * with the same number of strings, when the trace is joined, the join only
- * adds the new strings and copies the body whole; otherwise it rewrites the
- * holes as for any encoded trace. */
-/* A forecast index as a msgpack uint, padded so that writing it is one
- * copy of the whole 8 bytes (and a move of `size`). */
+ * body (no holes are recorded): if the payload is the same one, with the
+ * same number of strings, when the trace is joined, the join only adds the
+ * new strings and copies the body whole; otherwise it walks the body and
+ * rewrites each string reference (each forecast index stands for one
+ * string of the trace's table). */
+/* A forecast index as a msgpack uint, written by one copy of the whole 8
+ * bytes (and a move of `size`). */
 typedef struct {
-    char encoded[7];
+    char encoded[6]; /* at most 5 bytes for a uint32_t */
+    uint8_t is_new;  /* not in the payload: forecast as the next free index */
     uint8_t size;
 } ForecastEntry;
 
@@ -306,7 +306,10 @@ typedef struct {
     /* The payload's table, only read while the trace is encoded; NULL: no
      * forecast. */
     const StringTable *payload;
-    uint64_t payload_id;    /* which payload (PayloadBuilder.id) */
+    /* The id of the payload now at that place (sealing one starts the next
+     * there), and the one forecast for (PayloadBuilder.id). */
+    const uint64_t *current_id;
+    uint64_t payload_id;
     uint32_t base;          /* the payload table's count when the trace started */
     uint32_t next;          /* the index the next string new to the payload gets */
     ForecastEntry *entries; /* by index in the trace's own table (from 2 on) */
@@ -314,7 +317,6 @@ typedef struct {
 } IndexForecast;
 
 int forecast_grow(IndexForecast *forecast, const StringTable *local, uint32_t local_index);
-void forecast_set(ForecastEntry *entry, uint32_t index);
 /* The index an entry holds. */
 uint32_t forecast_index(const ForecastEntry *entry);
 void forecast_free(IndexForecast *forecast);
@@ -328,14 +330,25 @@ forecast_add(IndexForecast *forecast, const StringTable *local, uint32_t local_i
         forecast_grow(forecast, local, local_index) < 0) {
         return -1;
     }
+    ForecastEntry *entry = &forecast->entries[local_index];
     uint32_t index;
-    if (!strtable_find(forecast->payload, local->strings[local_index], local->hashes[local_index],
-                       &index)) {
+    /* Once the payload has changed (span code ran Python code), a string
+     * found there could have an index already forecast for another: from
+     * then on each string is forecast as new, so that the indexes written
+     * still tell the strings apart when the join rewrites them. */
+    entry->is_new = forecast->payload->count != forecast->base ||
+                    *forecast->current_id != forecast->payload_id ||
+                    !strtable_find(forecast->payload, local->strings[local_index],
+                                   local->hashes[local_index], &index);
+    if (entry->is_new) {
         /* A wrong guess (the payload changed, or an entry was rolled back)
          * is caught when the trace is joined. */
         index = forecast->next++;
     }
-    forecast_set(&forecast->entries[local_index], index);
+    memset(entry->encoded, 0, sizeof entry->encoded);
+    OutBuf out = {entry->encoded, entry->encoded, entry->encoded + sizeof entry->encoded, NULL};
+    mp_put_uint(&out, index);
+    entry->size = (uint8_t)outbuf_len(&out);
     return 0;
 }
 

@@ -16,17 +16,16 @@
 
 /* A string reference.  Written at once when the table is the payload's; in
  * an encoded trace's own table only 0 and 1 mean the same as in every
- * payload, so the others become holes (holding the forecast payload index,
- * if any). */
+ * payload, so the others are written as their forecast payload index (put)
+ * or become holes. */
 static SP_ALWAYS_INLINE int
 v05_write_index(SpanWriter *w, uint32_t index)
 {
     if (w->holes == NULL || index <= V05_ORIGIN_KEY_INDEX) {
         return mp_write_uint(w->out, index);
     }
-    Py_ssize_t offset = outbuf_len(w->out);
     if (w->forecast == NULL) {
-        return holes_push(w->holes, offset, index, 0);
+        return holes_push(w->holes, outbuf_len(w->out), index);
     }
     const ForecastEntry *entry = &w->forecast->entries[index];
     if (outbuf_reserve(w->out, sizeof *entry) < 0) {
@@ -34,7 +33,7 @@ v05_write_index(SpanWriter *w, uint32_t index)
     }
     memcpy(w->out->pos, entry, sizeof *entry);
     w->out->pos += entry->size;
-    return holes_push(w->holes, offset, index, entry->size);
+    return 0;
 }
 
 /* strtable_index on the writer's table; an entry new to an encoded trace's

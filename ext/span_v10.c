@@ -87,7 +87,7 @@ v10_write_id(SpanWriter *w, uint32_t index)
     if (index == 0 || w->holes == NULL) {
         return mp_write_uint(w->out, index);
     }
-    return holes_push(w->holes, outbuf_len(w->out), index, 0);
+    return holes_push(w->holes, outbuf_len(w->out), index);
 }
 
 /* `str`: an exact str of at most MAX_TEXT_LEN code points.  Written as a
