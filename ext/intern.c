@@ -188,20 +188,12 @@ strtable_free(StringTable *table)
     memset(table, 0, sizeof *table);
 }
 
-int
-strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
-                void *arg, uint32_t *index)
+/* strtable_add, inlined into strtable_insert (a call there costs as much
+ * as a lookup). */
+static SP_ALWAYS_INLINE int
+strtable_add_inline(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
+                    void *arg, uint32_t *index)
 {
-    if (hash == -1) {
-        hash = PyObject_Hash(str);
-        if (hash == -1) {
-            return -1;
-        }
-        /* Not seen with its hash before: it may still be in the table. */
-        if (strtable_find(table, str, hash, index)) {
-            return 0;
-        }
-    }
     if (table->count == UINT32_MAX - 1) {
         PyErr_SetString(PyExc_ValueError, "string table is full");
         return -1;
@@ -226,6 +218,30 @@ strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_enco
     strtable_insert_slot(table, new_index);
     *index = new_index;
     return 0;
+}
+
+int
+strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
+                void *arg, uint32_t *index)
+{
+    if (hash == -1) {
+        hash = PyObject_Hash(str);
+        if (hash == -1) {
+            return -1;
+        }
+        /* Not seen with its hash before: it may still be in the table. */
+        if (strtable_find(table, str, hash, index)) {
+            return 0;
+        }
+    }
+    return strtable_add_inline(table, str, hash, encode, arg, index);
+}
+
+int
+strtable_add(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
+             void *arg, uint32_t *index)
+{
+    return strtable_add_inline(table, str, hash, encode, arg, index);
 }
 
 void
@@ -275,4 +291,47 @@ holes_free(HoleList *holes)
     PyMem_Free(holes->items);
     holes->items = NULL;
     holes->count = holes->capacity = 0;
+}
+
+/* ---- v0.5 put(): forecast payload indexes ---- */
+
+_Static_assert(sizeof(ForecastEntry) == 8, "a forecast entry is written as one 8-byte copy");
+
+int
+forecast_grow(IndexForecast *forecast, const StringTable *local, uint32_t local_index)
+{
+    /* As large as the table's arrays: it grows with them. */
+    uint32_t capacity = local->capacity > local_index ? local->capacity : local_index + 1;
+    ForecastEntry *entries =
+        PyMem_Realloc(forecast->entries, (size_t)capacity * sizeof(ForecastEntry));
+    if (entries == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    forecast->entries = entries;
+    forecast->capacity = capacity;
+    return 0;
+}
+
+uint32_t
+forecast_index(const ForecastEntry *entry)
+{
+    const unsigned char *p = (const unsigned char *)entry->encoded;
+    switch (entry->size) {
+    case 1:
+        return p[0];
+    case 2:
+        return p[1];
+    case 3:
+        return (uint32_t)p[1] << 8 | p[2];
+    default:
+        return (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+    }
+}
+
+void
+forecast_free(IndexForecast *forecast)
+{
+    PyMem_Free(forecast->entries);
+    memset(forecast, 0, sizeof *forecast);
 }

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "mpwrite.h"
 #include "outbuf.h"
 
 /* ---- v0.4 encoded-string cache ---- */
@@ -202,8 +203,9 @@ strtable_key_equal(PyObject *a, PyObject *b)
                                 (size_t)length * PyUnicode_KIND(a));
 }
 
-/* 1 and *index set when `str` (with this hash) is in the table, else 0. */
-static inline int
+/* 1 and *index set when `str` (with this hash) is in the table, else 0.
+ * Always inlined: it is most of the cost of a string reference. */
+static SP_ALWAYS_INLINE int
 strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t *index)
 {
     size_t i = (size_t)hash & table->mask;
@@ -224,6 +226,11 @@ strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t 
  * NULL.  The slow path of strtable_index. */
 int strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
                     void *arg, uint32_t *index);
+
+/* Add `str`, known to be absent, with its hash (not -1): strtable_insert
+ * without the lookup. */
+int strtable_add(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
+                 void *arg, uint32_t *index);
 
 /* Index of `str` (an exact str or exact bytes), adding it when new.  The
  * encoded form of a new entry is written by `encode(arg, str, out)` unless
@@ -261,7 +268,7 @@ typedef struct {
 
 int holes_grow(HoleList *holes);
 
-static inline int
+static SP_ALWAYS_INLINE int
 holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
 {
     if (SP_UNLIKELY(holes->count == holes->capacity) && holes_grow(holes) < 0) {
@@ -273,5 +280,76 @@ holes_push(HoleList *holes, Py_ssize_t offset, uint32_t local_index)
     return 0;
 }
 void holes_free(HoleList *holes);
+
+/* ---- v0.5 put(): the payload indexes a trace's strings will get ----
+ *
+ * put() encodes a trace against its own table (Python code may run
+ * meanwhile, which may change the payload) and joins it afterwards.  Most
+ * of the time nothing touches the payload in between, so each string's
+ * payload index is known while the trace is encoded: the index it already
+ * has, or for a string new to the payload the next free one, in the order
+ * the trace's table meets them.  Those forecast indexes are written into the
+ * body (no holes are recorded): if the payload is the same one, with the
+ * same number of strings, when the trace is joined, the join only adds the
+ * new strings and copies the body whole; otherwise it walks the body and
+ * rewrites each string reference (each forecast index stands for one
+ * string of the trace's table). */
+/* A forecast index as a msgpack uint, written by one copy of the whole 8
+ * bytes (and a move of `size`). */
+typedef struct {
+    char encoded[6]; /* at most 5 bytes for a uint32_t */
+    uint8_t is_new;  /* not in the payload: forecast as the next free index */
+    uint8_t size;
+} ForecastEntry;
+
+typedef struct {
+    /* The payload's table, only read while the trace is encoded; NULL: no
+     * forecast. */
+    const StringTable *payload;
+    /* The id of the payload now at that place (sealing one starts the next
+     * there), and the one forecast for (PayloadBuilder.id). */
+    const uint64_t *current_id;
+    uint64_t payload_id;
+    uint32_t base;          /* the payload table's count when the trace started */
+    uint32_t next;          /* the index the next string new to the payload gets */
+    ForecastEntry *entries; /* by index in the trace's own table (from 2 on) */
+    uint32_t capacity;
+} IndexForecast;
+
+int forecast_grow(IndexForecast *forecast, const StringTable *local, uint32_t local_index);
+/* The index an entry holds. */
+uint32_t forecast_index(const ForecastEntry *entry);
+void forecast_free(IndexForecast *forecast);
+
+/* Forecast the payload index of entry `local_index`, just added to the
+ * trace's own table `local`. */
+static inline int
+forecast_add(IndexForecast *forecast, const StringTable *local, uint32_t local_index)
+{
+    if (SP_UNLIKELY(local_index >= forecast->capacity) &&
+        forecast_grow(forecast, local, local_index) < 0) {
+        return -1;
+    }
+    ForecastEntry *entry = &forecast->entries[local_index];
+    uint32_t index;
+    /* Once the payload has changed (span code ran Python code), a string
+     * found there could have an index already forecast for another: from
+     * then on each string is forecast as new, so that the indexes written
+     * still tell the strings apart when the join rewrites them. */
+    entry->is_new = forecast->payload->count != forecast->base ||
+                    *forecast->current_id != forecast->payload_id ||
+                    !strtable_find(forecast->payload, local->strings[local_index],
+                                   local->hashes[local_index], &index);
+    if (entry->is_new) {
+        /* A wrong guess (the payload changed, or an entry was rolled back)
+         * is caught when the trace is joined. */
+        index = forecast->next++;
+    }
+    memset(entry->encoded, 0, sizeof entry->encoded);
+    OutBuf out = {entry->encoded, entry->encoded, entry->encoded + sizeof entry->encoded, NULL};
+    mp_put_uint(&out, index);
+    entry->size = (uint8_t)outbuf_len(&out);
+    return 0;
+}
 
 #endif /* SPANPACK_INTERN_H */

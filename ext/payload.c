@@ -6,6 +6,8 @@
 
 /* The first two entries of every v0.5 string table, as in the reference
  * tracer: "" (also what None maps to) and the origin key. */
+#define V05_FIXED_ENTRIES 2
+
 static int
 seed_table(StringTable *table, SpanpackState *state, strtable_encode_fn encode)
 {
@@ -73,8 +75,20 @@ part_reset(EncodedPart *part)
     outbuf_truncate(&part->body, 0);
     part->holes.count = 0;
     if (part->strings.strings != NULL) {
-        strtable_rollback(&part->strings, 2, 0);
+        strtable_rollback(&part->strings, V05_FIXED_ENTRIES, 0);
     }
+    part->forecast.payload = NULL;
+    part->forecast.payload_id = 0;
+}
+
+void
+part_forecast_for(EncodedPart *part, const PayloadBuilder *payload)
+{
+    IndexForecast *forecast = &part->forecast;
+    forecast->payload = &payload->table;
+    forecast->current_id = &payload->id;
+    forecast->payload_id = payload->id;
+    forecast->base = forecast->next = payload->table.count;
 }
 
 void
@@ -82,12 +96,14 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
 {
     int big_table = part->strings.strings != NULL && part->strings.capacity > 4096;
     if (outbuf_capacity(&part->body) <= keep && !big_table &&
-        part->holes.capacity <= keep / (Py_ssize_t)sizeof(StringHole)) {
+        part->holes.capacity <= keep / (Py_ssize_t)sizeof(StringHole) &&
+        part->forecast.capacity <= keep / sizeof(ForecastEntry)) {
         return;
     }
     part_reset(part);
     outbuf_shrink_capacity(&part->body, keep);
     holes_free(&part->holes);
+    forecast_free(&part->forecast);
     if (big_table) {
         /* A fresh seeded table; if even that cannot be had, keep the old. */
         StringTable small;
@@ -114,6 +130,7 @@ part_free(EncodedPart *part)
         strtable_free(&part->strings);
     }
     holes_free(&part->holes);
+    forecast_free(&part->forecast);
 }
 
 int
@@ -195,6 +212,38 @@ payload_rollback(PayloadBuilder *payload, PayloadMark mark)
     payload->trace_count = mark.trace_count;
 }
 
+/* v0.5, a trace whose forecast was made for this payload as it still is
+ * (same payload, same table size: its strings have not changed, as entries
+ * are only added, or removed again in the same step that no Python code
+ * interrupts).  Adds the trace's strings new to the payload, in order: they
+ * get base, base + 1, ..., and were forecast increasing indexes from base
+ * in that order, so if there are as many as indexes were handed out, each
+ * got its forecast and the body is final as written.  1 then, 0 when not
+ * (an entry was rolled back after its forecast; the strings added stay, as
+ * a join adds them too), -1 on error. */
+static int
+append_forecast(PayloadBuilder *payload, const EncodedPart *part)
+{
+    const StringTable *local = &part->strings;
+    const IndexForecast *forecast = &part->forecast;
+    uint32_t added = 0;
+    for (uint32_t i = V05_FIXED_ENTRIES; i < local->count; i++) {
+        if (!forecast->entries[i].is_new) {
+            continue;
+        }
+        uint32_t index;
+        if (strtable_add(&payload->table, local->strings[i], local->hashes[i],
+                         payload_encode_table_entry, NULL, &index) < 0) {
+            return -1;
+        }
+        added++;
+    }
+    if (added != forecast->next - forecast->base) {
+        return 0;
+    }
+    return outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body)) < 0 ? -1 : 1;
+}
+
 /* v0.5: copy the body between holes, writing each hole's payload index. */
 static int
 append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
@@ -234,6 +283,208 @@ done:
     return result;
 }
 
+/* v0.5, rewriting a forecast trace: reads the body written by the v0.5
+ * span writer (span_v05.c) item by item. */
+typedef struct {
+    const unsigned char *pos;
+    const unsigned char *end;
+} BodyReader;
+
+/* Size of the msgpack int, uint or float at the reader (0: none there). */
+static Py_ssize_t
+body_number_size(const BodyReader *r)
+{
+    if (r->pos >= r->end) {
+        return 0;
+    }
+    unsigned char b = *r->pos;
+    Py_ssize_t size = b < MP_FIXMAP || b >= MP_NEGATIVE_FIXINT             ? 1
+                      : b == MP_UINT8 || b == MP_INT8                      ? 2
+                      : b == MP_UINT16 || b == MP_INT16                    ? 3
+                      : b == MP_UINT32 || b == MP_INT32 || b == MP_FLOAT32 ? 5
+                      : b == MP_UINT64 || b == MP_INT64 || b == MP_FLOAT64 ? 9
+                                                                           : 0;
+    return size <= r->end - r->pos ? size : 0;
+}
+
+/* A msgpack uint of at most 32 bits (a string reference); -1 if none. */
+static int64_t
+body_read_ref(BodyReader *r)
+{
+    Py_ssize_t size = body_number_size(r);
+    const unsigned char *p = r->pos;
+    int64_t value = size == 1 && p[0] < MP_FIXMAP    ? p[0]
+                    : size == 2 && p[0] == MP_UINT8  ? p[1]
+                    : size == 3 && p[0] == MP_UINT16 ? (int64_t)p[1] << 8 | p[2]
+                    : size == 5 && p[0] == MP_UINT32
+                        ? (int64_t)p[1] << 24 | (int64_t)p[2] << 16 | (int64_t)p[3] << 8 | p[4]
+                        : -1;
+    r->pos += value >= 0 ? size : 0;
+    return value;
+}
+
+/* A map or array header (the fix form is `fix` | count, up to 15); -1 if
+ * none. */
+static int64_t
+body_read_count(BodyReader *r, unsigned char fix, unsigned char two_byte)
+{
+    Py_ssize_t left = r->end - r->pos;
+    const unsigned char *p = r->pos;
+    if (left >= 1 && (p[0] & 0xf0) == fix) {
+        r->pos += 1;
+        return p[0] & 0x0f;
+    }
+    if (left >= 3 && p[0] == two_byte) {
+        r->pos += 3;
+        return (int64_t)p[1] << 8 | p[2];
+    }
+    if (left >= 5 && p[0] == two_byte + 1) {
+        r->pos += 5;
+        return (int64_t)p[1] << 24 | (int64_t)p[2] << 16 | (int64_t)p[3] << 8 | p[4];
+    }
+    return -1;
+}
+
+/* Copy what the reader passed since `from`. */
+static int
+body_copy(OutBuf *out, const unsigned char *from, const BodyReader *r)
+{
+    return outbuf_write(out, from, r->pos - from);
+}
+
+/* Read a string reference and write its payload index: 0 and 1 as they
+ * are, any other the index of the string it was forecast for. */
+static int
+body_rewrite_ref(BodyReader *r, OutBuf *out, const uint32_t *local_of, uint32_t forecast_count,
+                 const uint32_t *index_map)
+{
+    int64_t ref = body_read_ref(r);
+    if (ref < 0 ||
+        (ref > V05_FIXED_ENTRIES - 1 && (ref >= forecast_count || local_of[ref] == UINT32_MAX))) {
+        return -1;
+    }
+    return mp_write_uint(out, ref < V05_FIXED_ENTRIES ? (uint32_t)ref : index_map[local_of[ref]]);
+}
+
+/* Read `count` string references, writing their payload indexes. */
+static int
+body_rewrite_refs(BodyReader *r, int64_t count, OutBuf *out, const uint32_t *local_of,
+                  uint32_t forecast_count, const uint32_t *index_map)
+{
+    for (int64_t i = 0; i < count; i++) {
+        if (body_rewrite_ref(r, out, local_of, forecast_count, index_map) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Copy the encoded trace's body to `out`, each string reference rewritten.
+ * -1 (no exception set) if the body is not as the v0.5 writer writes it. */
+static int
+body_rewrite(const EncodedPart *part, OutBuf *out, const uint32_t *local_of,
+             uint32_t forecast_count, const uint32_t *index_map)
+{
+    BodyReader r = {(const unsigned char *)part->body.start, (const unsigned char *)part->body.pos};
+    const unsigned char *from = r.pos;
+    int64_t spans = body_read_count(&r, MP_FIXARRAY, MP_ARRAY16);
+    if (spans < 0 || body_copy(out, from, &r) < 0) {
+        return -1;
+    }
+    for (int64_t s = 0; s < spans; s++) {
+        /* [service, name, resource, trace_id, span_id, parent_id, start,
+         *  duration, error, meta, metrics, type] */
+        from = r.pos;
+        if (body_read_count(&r, MP_FIXARRAY, MP_ARRAY16) != 12 || body_copy(out, from, &r) < 0) {
+            return -1;
+        }
+        if (body_rewrite_refs(&r, 3, out, local_of, forecast_count, index_map) < 0) {
+            return -1;
+        }
+        from = r.pos;
+        for (int i = 0; i < 6; i++) {
+            Py_ssize_t size = body_number_size(&r);
+            if (size == 0) {
+                return -1;
+            }
+            r.pos += size;
+        }
+        if (body_copy(out, from, &r) < 0) {
+            return -1;
+        }
+        from = r.pos;
+        int64_t meta = body_read_count(&r, MP_FIXMAP, MP_MAP16);
+        if (meta < 0 || body_copy(out, from, &r) < 0) {
+            return -1;
+        }
+        if (body_rewrite_refs(&r, 2 * meta, out, local_of, forecast_count, index_map) < 0) {
+            return -1;
+        }
+        from = r.pos;
+        int64_t metrics = body_read_count(&r, MP_FIXMAP, MP_MAP16);
+        if (metrics < 0 || body_copy(out, from, &r) < 0) {
+            return -1;
+        }
+        for (int64_t e = 0; e < metrics; e++) {
+            if (body_rewrite_ref(&r, out, local_of, forecast_count, index_map) < 0) {
+                return -1;
+            }
+            from = r.pos;
+            Py_ssize_t size = body_number_size(&r);
+            r.pos += size;
+            if (size == 0 || body_copy(out, from, &r) < 0) {
+                return -1;
+            }
+        }
+        if (body_rewrite_ref(&r, out, local_of, forecast_count, index_map) < 0) {
+            return -1;
+        }
+    }
+    return r.pos == r.end ? 0 : -1;
+}
+
+/* v0.5, a forecast trace joined to a payload other than the one it was
+ * forecast for, or changed since: its strings are found or added, and its
+ * body is copied with each reference rewritten. */
+static int
+append_rewriting(PayloadBuilder *payload, const EncodedPart *part)
+{
+    const StringTable *local = &part->strings;
+    const IndexForecast *forecast = &part->forecast;
+    uint32_t *index_map = PyMem_Malloc((size_t)local->count * sizeof(uint32_t));
+    /* Which entry of the trace's table each forecast index stands for. */
+    uint32_t *local_of = PyMem_Malloc(((size_t)forecast->next + 1) * sizeof(uint32_t));
+    int result = -1;
+    if (index_map == NULL || local_of == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(local_of, 0xff, ((size_t)forecast->next + 1) * sizeof(uint32_t));
+    for (uint32_t i = 0; i < local->count; i++) {
+        if (strtable_index(&payload->table, local->strings[i], payload_encode_table_entry, NULL,
+                           &index_map[i]) < 0) {
+            goto done;
+        }
+        if (i >= V05_FIXED_ENTRIES) {
+            uint32_t forecast_value = forecast_index(&forecast->entries[i]);
+            if (forecast_value < forecast->next) {
+                local_of[forecast_value] = i;
+            }
+        }
+    }
+    if (body_rewrite(part, &payload->body, local_of, forecast->next, index_map) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_SystemError, "spanpack: malformed encoded v0.5 trace");
+        }
+        goto done;
+    }
+    result = 0;
+done:
+    PyMem_Free(index_map);
+    PyMem_Free(local_of);
+    return result;
+}
+
 int
 payload_append(PayloadBuilder *payload, const EncodedPart *part)
 {
@@ -241,10 +492,26 @@ payload_append(PayloadBuilder *payload, const EncodedPart *part)
         return -1;
     }
     PayloadMark mark = payload_mark(payload);
-    int result = payload->version == 5 ? append_with_indexes(payload, part)
-                 : payload->version == V10_VERSION
-                     ? v10_append_part(payload, part)
-                     : outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body));
+    int result;
+    if (payload->version == 5 && part->forecast.payload != NULL) {
+        result = 0;
+        if (part->forecast.payload_id != 0 && part->forecast.payload_id == payload->id &&
+            part->forecast.base == payload->table.count) {
+            result = append_forecast(payload, part);
+        }
+        if (result == 0) {
+            result = append_rewriting(payload, part);
+        }
+    }
+    else if (payload->version == 5) {
+        result = append_with_indexes(payload, part);
+    }
+    else if (payload->version == V10_VERSION) {
+        result = v10_append_part(payload, part);
+    }
+    else {
+        result = outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body));
+    }
     if (result < 0) {
         payload_rollback(payload, mark);
         return -1;

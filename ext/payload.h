@@ -13,11 +13,13 @@
 
 typedef struct {
     OutBuf body;
-    StringTable strings; /* v0.5, v1.0 */
-    HoleList holes;      /* v0.5, v1.0 */
+    StringTable strings;    /* v0.5, v1.0 */
+    HoleList holes;         /* v0.5, v1.0 */
+    IndexForecast forecast; /* v0.5 put(); inactive (payload NULL) otherwise */
 } EncodedPart;
 
 int part_init(EncodedPart *part, SpanpackState *state, int version);
+/* Empty the part (its forecast inactive) for the next trace. */
 void part_reset(EncodedPart *part);
 /* After a huge trace: give back the memory of a part kept for reuse. */
 void part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep);
@@ -31,7 +33,14 @@ typedef struct {
                                strings streamed so far, by id */
     Py_ssize_t trace_count;
     PyObject *preamble; /* v1.0: see v10_payload_start; NULL otherwise */
+    /* Tells a buffering encoder's payloads apart (0: none given), so that a
+     * trace's forecast is only used for the payload it was made for. */
+    uint64_t id;
 } PayloadBuilder;
+
+/* v0.5: forecast the payload indexes of the next trace encoded into `part`
+ * (after part_reset) for joining it to `payload` (see IndexForecast). */
+void part_forecast_for(EncodedPart *part, const PayloadBuilder *payload);
 
 /* `header_room`: for a v0.4 payload whose trace count is known up front, the
  * size of its array header: the body is then written into a bytes object

@@ -14,16 +14,51 @@
 /* trace_id, span_id, parent_id, start, duration and error, written in a row. */
 #define V05_NUMBERS_MAX_SIZE (6 * 9)
 
+/* The span writer is compiled twice, for writing straight into a payload
+ * (into_payload: the table is the payload's) and into an encoded trace
+ * (the trace's own table), so that a one-shot encode carries no test for
+ * the other. */
+
 /* A string reference.  Written at once when the table is the payload's; in
  * an encoded trace's own table only 0 and 1 mean the same as in every
- * payload, so the others become holes. */
-static inline int
-v05_write_index(SpanWriter *w, uint32_t index)
+ * payload, so the others are written as their forecast payload index (put)
+ * or become holes. */
+static SP_ALWAYS_INLINE int
+v05_write_index(SpanWriter *w, uint32_t index, int into_payload)
 {
-    if (w->holes == NULL || index <= V05_ORIGIN_KEY_INDEX) {
-        return mp_write_uint(w->out, index);
+    if (into_payload || index <= V05_ORIGIN_KEY_INDEX) {
+        /* mp_write_uint, kept inline in this large function. */
+        if (outbuf_reserve(w->out, MP_MAX_HEADER) < 0) {
+            return -1;
+        }
+        mp_put_uint(w->out, index);
+        return 0;
     }
-    return holes_push(w->holes, outbuf_len(w->out), index);
+    if (w->forecast == NULL) {
+        return holes_push(w->holes, outbuf_len(w->out), index);
+    }
+    const ForecastEntry *entry = &w->forecast->entries[index];
+    if (outbuf_reserve(w->out, sizeof *entry) < 0) {
+        return -1;
+    }
+    memcpy(w->out->pos, entry, sizeof *entry);
+    w->out->pos += entry->size;
+    return 0;
+}
+
+/* strtable_index on the writer's table; an entry new to an encoded trace's
+ * table gets its forecast payload index. */
+static SP_ALWAYS_INLINE int
+v05_table_index(SpanWriter *w, PyObject *key, uint32_t *index)
+{
+    uint32_t count = w->strings->count;
+    if (strtable_index(w->strings, key, w->encode_string, NULL, index) < 0) {
+        return -1;
+    }
+    if (w->forecast != NULL && w->strings->count != count) {
+        return forecast_add(w->forecast, w->strings, *index);
+    }
+    return 0;
 }
 
 /* The table key for a text value: the (truncated) exact str or exact bytes,
@@ -38,7 +73,7 @@ v05_text_index_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
         if (!PyUnicode_IS_ASCII(value) && span_utf8(w, value, field, key, &size) == NULL) {
             return -1;
         }
-        return strtable_index(w->strings, value, w->encode_string, NULL, index);
+        return v05_table_index(w, value, index);
     }
     PreparedText text;
     int prepared = text_prepare(w, value, field, key, &text);
@@ -46,13 +81,13 @@ v05_text_index_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
         *index = V05_EMPTY_INDEX;
         return prepared;
     }
-    int result = strtable_index(w->strings, text.object, w->encode_string, NULL, index);
+    int result = v05_table_index(w, text.object, index);
     Py_DECREF(text.object);
     return result;
 }
 
-static inline int
-v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
+static SP_ALWAYS_INLINE int
+v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key, int into_payload)
 {
     uint32_t index = V05_EMPTY_INDEX;
     if (value != NULL && value != Py_None) {
@@ -66,11 +101,11 @@ v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
             return -1;
         }
     }
-    return v05_write_index(w, index);
+    return v05_write_index(w, index, into_payload);
 }
 
-static int
-v05_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
+static SP_ALWAYS_INLINE int
+v05_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value, int into_payload)
 {
     if (check_tag_key(w, "meta", key) < 0) {
         return -1;
@@ -78,22 +113,46 @@ v05_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (check_meta_value(w, key, value) < 0) {
         return -1;
     }
-    if (v05_write_text(w, key, "meta", key) < 0) {
+    if (v05_write_text(w, key, "meta", key, into_payload) < 0) {
         return -1;
     }
-    return v05_write_text(w, value, "meta", key);
+    return v05_write_text(w, value, "meta", key, into_payload);
 }
 
 static int
-v05_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
+v05_write_meta_entry_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_meta_entry(w, key, value, 1);
+}
+
+static int
+v05_write_meta_entry_into_part(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_meta_entry(w, key, value, 0);
+}
+
+static SP_ALWAYS_INLINE int
+v05_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value, int into_payload)
 {
     if (check_tag_key(w, "metrics", key) < 0) {
         return -1;
     }
-    if (v05_write_text(w, key, "metrics", key) < 0) {
+    if (v05_write_text(w, key, "metrics", key, into_payload) < 0) {
         return -1;
     }
     return write_metric_value(w, key, value);
+}
+
+static int
+v05_write_metric_entry_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_metric_entry(w, key, value, 1);
+}
+
+static int
+v05_write_metric_entry_into_part(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_metric_entry(w, key, value, 0);
 }
 
 /* Not an int, or an int beyond 64 bits (clamping those would send a time
@@ -167,17 +226,18 @@ v05_error_value(SpanWriter *w, PyObject *value, long *out)
 }
 
 /* The JSON text of links or events as a meta entry: key index, value index. */
-static int
-v05_write_json_entry(SpanWriter *w, PyObject *key, PyObject *json_text, const char *field)
+static SP_ALWAYS_INLINE int
+v05_write_json_entry(SpanWriter *w, PyObject *key, PyObject *json_text, const char *field,
+                     int into_payload)
 {
-    if (v05_write_text(w, key, field, NULL) < 0) {
+    if (v05_write_text(w, key, field, NULL, into_payload) < 0) {
         return -1;
     }
-    return v05_write_text(w, json_text, field, NULL);
+    return v05_write_text(w, json_text, field, NULL, into_payload);
 }
 
-static int
-v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
+static SP_ALWAYS_INLINE int
+v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
 {
     SpanValues v;
     PyObject *links_text = NULL, *events_text = NULL;
@@ -224,9 +284,9 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     }
 
     if (mp_write_byte(w->out, MP_FIXARRAY | V05_SPAN_ELEMENTS) < 0 ||
-        v05_write_text(w, v.value[SF_SERVICE], "service", NULL) < 0 ||
-        v05_write_text(w, v.value[SF_NAME], "name", NULL) < 0 ||
-        v05_write_text(w, v.value[SF_RESOURCE], "resource", NULL) < 0 ||
+        v05_write_text(w, v.value[SF_SERVICE], "service", NULL, into_payload) < 0 ||
+        v05_write_text(w, v.value[SF_NAME], "name", NULL, into_payload) < 0 ||
+        v05_write_text(w, v.value[SF_RESOURCE], "resource", NULL, into_payload) < 0 ||
         outbuf_reserve(w->out, V05_NUMBERS_MAX_SIZE) < 0) {
         goto done;
     }
@@ -243,7 +303,10 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         add_trace_id_high + has_origin + (links_text != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
     if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
-        write_dict_entries(w, meta, "meta", v05_write_meta_entry, 0, &written) < 0) {
+        write_dict_entries(w, meta, "meta",
+                           into_payload ? v05_write_meta_entry_into_payload
+                                        : v05_write_meta_entry_into_part,
+                           0, &written) < 0) {
         goto done;
     }
     if (add_trace_id_high) {
@@ -251,22 +314,23 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         if (hex == NULL) {
             goto done;
         }
-        int written_tid = v05_write_json_entry(w, w->state->str_trace_id_high_key, hex, "trace_id");
+        int written_tid =
+            v05_write_json_entry(w, w->state->str_trace_id_high_key, hex, "trace_id", into_payload);
         Py_DECREF(hex);
         if (written_tid < 0) {
             goto done;
         }
     }
-    if (has_origin && (v05_write_index(w, V05_ORIGIN_KEY_INDEX) < 0 ||
-                       v05_write_index(w, info->origin_index) < 0)) {
+    if (has_origin && (v05_write_index(w, V05_ORIGIN_KEY_INDEX, into_payload) < 0 ||
+                       v05_write_index(w, info->origin_index, into_payload) < 0)) {
         goto done;
     }
-    if (links_text != NULL &&
-        v05_write_json_entry(w, w->state->str_span_links_key, links_text, "links") < 0) {
+    if (links_text != NULL && v05_write_json_entry(w, w->state->str_span_links_key, links_text,
+                                                   "links", into_payload) < 0) {
         goto done;
     }
-    if (events_text != NULL &&
-        v05_write_json_entry(w, w->state->str_events_key, events_text, "events") < 0) {
+    if (events_text != NULL && v05_write_json_entry(w, w->state->str_events_key, events_text,
+                                                    "events", into_payload) < 0) {
         goto done;
     }
     if (map_end(w, header_pos, written + extras) < 0) {
@@ -275,11 +339,14 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 
     Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
     if (map_begin(w, metrics_size, &header_pos) < 0 ||
-        write_dict_entries(w, metrics, "metrics", v05_write_metric_entry, 0, &written) < 0 ||
+        write_dict_entries(w, metrics, "metrics",
+                           into_payload ? v05_write_metric_entry_into_payload
+                                        : v05_write_metric_entry_into_part,
+                           0, &written) < 0 ||
         map_end(w, header_pos, written) < 0) {
         goto done;
     }
-    if (v05_write_text(w, v.value[SF_SPAN_TYPE], "span_type", NULL) < 0) {
+    if (v05_write_text(w, v.value[SF_SPAN_TYPE], "span_type", NULL, into_payload) < 0) {
         goto done;
     }
     result = 0;
@@ -288,6 +355,18 @@ done:
     Py_XDECREF(events_text);
     span_values_release(w, &v);
     return result;
+}
+
+static int
+v05_write_span_into_payload(SpanWriter *w, PyObject *span, TraceInfo *info)
+{
+    return v05_write_span(w, span, info, 1);
+}
+
+static int
+v05_write_span_into_part(SpanWriter *w, PyObject *span, TraceInfo *info)
+{
+    return v05_write_span(w, span, info, 0);
 }
 
 /* The origin enters the table before any span's strings, as in the
@@ -300,11 +379,12 @@ v05_start_trace(SpanWriter *w, TraceInfo *info)
     if (info->origin == NULL) {
         return 0;
     }
-    return strtable_index(w->strings, info->origin, w->encode_string, NULL, &info->origin_index);
+    return v05_table_index(w, info->origin, &info->origin_index);
 }
 
 int
 v05_write_trace(SpanWriter *w, PyObject *trace)
 {
-    return write_trace(w, trace, v05_start_trace, v05_write_span);
+    return write_trace(w, trace, v05_start_trace,
+                       w->holes == NULL ? v05_write_span_into_payload : v05_write_span_into_part);
 }

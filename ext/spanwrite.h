@@ -194,7 +194,7 @@ int map_end_lenient(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count);
 
 /* Write a map header: exact when `count` is final, or (lenient mode, where
  * entries may be dropped) a 5-byte placeholder fixed by map_end(). */
-static inline int
+static SP_ALWAYS_INLINE int
 map_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 {
     *header_pos = outbuf_len(w->out);

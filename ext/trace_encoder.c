@@ -45,6 +45,8 @@ typedef struct {
     Py_ssize_t size_hint;
     /* v1.0: the payload fields in front of the chunks (v10.h); else NULL. */
     PyObject *preamble;
+    /* The last PayloadBuilder.id given to a buffered payload. */
+    uint64_t payload_ids;
 } TraceEncoderObject;
 
 typedef struct {
@@ -73,6 +75,9 @@ writer_init(TraceEncoderObject *self, SpanWriter *w, OutBuf *out, EncodedPart *p
     if (self->version != 4 && part != NULL) {
         w->strings = &part->strings;
         w->holes = &part->holes;
+        if (part->forecast.payload != NULL) {
+            w->forecast = &part->forecast;
+        }
     }
 }
 
@@ -106,14 +111,25 @@ write_into_payload(TraceEncoderObject *self, PayloadBuilder *payload, PyObject *
     return result;
 }
 
-/* Encode `trace` into `part` (reset first).  Dropped tags are only counted
- * when the whole trace succeeds. */
+/* Encode `trace` into `part` (reset first), for put() with `forecast`.
+ * Dropped tags are only counted when the whole trace succeeds. */
 static int
 encode_part(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, Py_ssize_t index,
-            Py_ssize_t *dropped)
+            int forecast, Py_ssize_t *dropped)
 {
     SpanWriter w;
     part_reset(part);
+#ifndef Py_GIL_DISABLED
+    /* The forecast reads the current payload's table while the trace is
+     * encoded: under the GIL no other thread changes it meanwhile (unless
+     * span code runs Python code, which the join then notices).  Without
+     * the GIL that read would race with other threads' put(). */
+    if (forecast && self->version == 5) {
+        part_forecast_for(part, &self->current);
+    }
+#else
+    (void)forecast;
+#endif
     writer_init(self, &w, &part->body, part, index);
     self->active_encodes++;
     int result = self->version == 5             ? v05_write_trace(&w, trace)
@@ -136,6 +152,17 @@ encoder_payload_init(TraceEncoderObject *self, PayloadBuilder *payload, Py_ssize
         payload_free(payload);
         return -1;
     }
+    return 0;
+}
+
+/* A payload for the buffer, with an id of its own (see IndexForecast). */
+static int
+buffer_payload_init(TraceEncoderObject *self, PayloadBuilder *payload)
+{
+    if (encoder_payload_init(self, payload, 4096, 0) < 0) {
+        return -1;
+    }
+    payload->id = ++self->payload_ids;
     return 0;
 }
 
@@ -193,6 +220,7 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(self);
         return NULL;
     }
+    self->current.id = ++self->payload_ids;
     return (PyObject *)self;
 }
 
@@ -254,6 +282,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
         spanfields_clear(&reader);
         return -1;
     }
+    current.id = ++self->payload_ids;
     if (version_number == V10_VERSION &&
         v10_payload_start(&current, preamble == Py_None ? NULL : preamble) < 0) {
         payload_free(&current);
@@ -415,7 +444,7 @@ trace_encoder_encode_trace(TraceEncoderObject *self, PyObject *trace)
         return NULL;
     }
     Py_ssize_t dropped;
-    if (encode_part(self, &encoded->part, trace, 0, &dropped) < 0) {
+    if (encode_part(self, &encoded->part, trace, 0, 0, &dropped) < 0) {
         Py_DECREF(encoded);
         return NULL;
     }
@@ -568,7 +597,7 @@ static int
 seal_current_and_start_new(TraceEncoderObject *self)
 {
     PayloadBuilder fresh;
-    if (encoder_payload_init(self, &fresh, 4096, 0) < 0) {
+    if (buffer_payload_init(self, &fresh) < 0) {
         return -1;
     }
     return seal_current(self, &fresh);
@@ -594,7 +623,7 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
     PayloadBuilder next;
     if (split) {
         payload_rollback(&self->current, mark);
-        if (encoder_payload_init(self, &next, 4096, 0) < 0) {
+        if (buffer_payload_init(self, &next) < 0) {
             return NULL;
         }
         if (payload_append(&next, part) < 0) {
@@ -656,7 +685,7 @@ trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
     }
     PyObject *result = NULL;
     Py_ssize_t dropped;
-    if (encode_part(self, part, trace, 0, &dropped) == 0) {
+    if (encode_part(self, part, trace, 0, 1, &dropped) == 0) {
         SP_BEGIN_CRITICAL_SECTION(self);
         result = append_encoded(self, part);
         if (result != NULL) {

@@ -30,6 +30,10 @@ typedef struct {
     StringTable *strings;
     strtable_encode_fn encode_string;
     HoleList *holes;
+    /* v0.5 put(): with the encoded trace's own table, the payload indexes
+     * its strings are expected to get (written into the holes); NULL
+     * otherwise. */
+    IndexForecast *forecast;
     /* The span being written (held by the caller), and its fields while
      * they are (or may be) borrowed: every path that can run Python code
      * owns them first. */

@@ -809,6 +809,84 @@ def test_split_model(version, limit, traces, encode_at):
 
 
 # ---------------------------------------------------------------------------
+# v0.5 put() forecasts each string's payload index while the trace is encoded
+# and copies the body whole when the payload is unchanged at the join; when
+# span code changed the payload meanwhile (or a lenient entry was dropped after
+# its strings were forecast) the join rewrites every reference instead.  Both
+# must give the one-shot bytes.
+
+
+class HookSpan(Span):
+    """A Span whose `resource` runs `hook` (once) before it is read."""
+
+    def __init__(self, hook=None, **fields):
+        super().__init__(**fields)
+        self._hook = hook
+
+    @property
+    def resource(self):
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            hook()
+        return self._get("resource")
+
+
+def hooked_trace(i, spans, at, hook):
+    """make_trace(i, spans) as HookSpans, `hook` run when span `at` is read."""
+    return [HookSpan(hook=hook if s == at else None, **fields)
+            for s, fields in enumerate(make_trace(i, spans=spans))]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("at", [0, 1, 4])
+def test_put_from_span_code_changes_the_payload_mid_trace(version, at):
+    before = [make_trace(i, spans=2) for i in range(3)]
+    # shares strings with the outer trace (new and already buffered ones)
+    inner = make_trace(5, spans=2) + [make_span(1005, 9, resource="res-6-3", meta={"own.6": "x"})]
+    e = enc(version)
+    for t in before:
+        e.put(t)
+    e.put(hooked_trace(6, 5, at, lambda: e.put(inner)))
+    assert e.encode() == [(one_shot(version, before + [inner, make_trace(6, spans=5)]), 5)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("at", [0, 2])
+def test_encode_from_span_code_starts_a_new_payload_mid_trace(version, at):
+    before = [make_trace(i, spans=2) for i in range(3)]
+    flushed = []
+
+    def flush_and_refill():
+        flushed.extend(e.encode())
+        # the new payload holds as many strings as the old one did
+        for t in before:
+            e.put(t)
+
+    e = enc(version)
+    for t in before:
+        e.put(t)
+    e.put(hooked_trace(6, 4, at, flush_and_refill))
+    assert flushed == [(one_shot(version, before), 3)]
+    assert e.encode() == [(one_shot(version, before + [make_trace(6, spans=4)]), 4)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_lenient_drop_after_new_strings(version):
+    """A dropped entry's new key had taken a forecast index: the later new
+    strings' indexes are then rewritten at the join."""
+    before = [make_trace(i) for i in range(2)]
+    trace = [make_span(77, 1, meta={"new-a": "v-a", "new-bad": object(), "new-b": "v-b"},
+                       metrics={"new-m": 1, "new-bad-m": "x", "new-n": 2.5}),
+             make_span(77, 2, meta={"new-c": "v-c"})]
+    e = enc(version, lenient=True)
+    for t in before + [trace]:
+        e.put(t)
+    assert e.dropped_tags == 2
+    expected = enc(version, lenient=True).encode_traces(before + [trace])
+    assert e.encode() == [(expected, 3)]
+
+
+# ---------------------------------------------------------------------------
 # Memory is given back
 
 
