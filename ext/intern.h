@@ -220,6 +220,15 @@ strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t 
     return 0;
 }
 
+/* Could the next strtable_insert fail (the table must grow, or is full)?
+ * Writers holding borrowed values own them first: the error is an exception
+ * object. */
+static inline int
+strtable_insert_may_fail(const StringTable *table)
+{
+    return table->count >= table->capacity || table->count == UINT32_MAX - 1;
+}
+
 /* Add `str` (hash -1: not computed yet), encoding it with `encode` unless
  * NULL.  The slow path of strtable_index. */
 int strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,

@@ -104,11 +104,20 @@ v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key
     if (strtable_find(w->strings, str, hash, &index)) {
         return v10_write_id(w, index); /* equal text seen before */
     }
-    /* New to the table: checked to be UTF-8 (lone surrogates are not). */
+    /* New to the table: checked to be UTF-8 (lone surrogates are not).  An
+     * ASCII str is its own UTF-8, read in place: span_utf8 would first own
+     * the span's borrowed values (its error is an exception object). */
     Py_ssize_t size;
-    const char *utf8 = span_utf8(w, str, field, key, &size);
-    if (utf8 == NULL) {
+    const char *utf8;
+    if (PyUnicode_IS_ASCII(str)) {
+        utf8 = (const char *)PyUnicode_DATA(str);
+        size = PyUnicode_GET_LENGTH(str);
+    }
+    else if ((utf8 = span_utf8(w, str, field, key, &size)) == NULL) {
         return -1;
+    }
+    if (SP_UNLIKELY(strtable_insert_may_fail(w->strings))) {
+        span_hold_values(w);
     }
     if (w->holes != NULL) {
         if (strtable_insert(w->strings, str, hash, NULL, NULL, &index) < 0) {
