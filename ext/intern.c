@@ -98,6 +98,11 @@ strtable_alloc(StringTable *table, uint32_t capacity)
         return -1;
     }
     table->hashes = hashes;
+    unsigned char *marks = PyMem_Realloc(table->marks, capacity);
+    if (marks == NULL) {
+        return -1;
+    }
+    table->marks = marks;
     uint32_t *index_of = PyMem_Calloc(slots, sizeof(uint32_t));
     if (index_of == NULL) {
         return -1;
@@ -181,6 +186,7 @@ strtable_free(StringTable *table)
     }
     PyMem_Free(table->strings);
     PyMem_Free(table->hashes);
+    PyMem_Free(table->marks);
     PyMem_Free(table->index_of);
     if (table->encoded.start != NULL) {
         outbuf_free(&table->encoded);
@@ -223,6 +229,7 @@ strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_enco
     uint32_t new_index = table->count++;
     table->strings[new_index] = Py_NewRef(str);
     table->hashes[new_index] = hash;
+    table->marks[new_index] = 0;
     strtable_insert_slot(table, new_index);
     *index = new_index;
     return 0;

@@ -142,6 +142,9 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
 typedef struct {
     PyObject **strings; /* by index; exact str or bytes, strong references */
     Py_hash_t *hashes;  /* by index */
+    /* By index: a byte for the writer, 0 when the entry is added (v1.0: what
+     * the text means as a tag key, found once per entry, not per use). */
+    unsigned char *marks;
     uint32_t count;
     uint32_t capacity;
     uint32_t *index_of; /* open addressing: 0 empty, else index + 1 */
