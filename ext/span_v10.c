@@ -84,6 +84,11 @@ typedef struct {
     Py_ssize_t moved_count;
     PyObject *field_tag[V10_SPAN_FIELD_TAGS];
     uint32_t kind;
+    /* Per trace: the key object last found to name each tag (new
+     * references).  Tags that move are never streamed, so their keys miss
+     * the string table; spans share their key objects (constants), so the
+     * next span knows them by address. */
+    PyObject *tag_key[MOVED_PRIORITY];
 } V10Writer;
 
 /* ---------------------------------------------------------------------------
@@ -414,7 +419,7 @@ v10_meta_key_tag(PyObject *key)
 /* A meta entry whose key names `tag`: taken out of the attributes (1) when
  * its value makes it a field.  Runs no Python code; only text values move
  * (any other value stays, to be refused or dropped as usual). */
-static SP_NOINLINE int
+static inline int
 v10_take_meta_tag(V10Writer *v10, int tag, PyObject *value)
 {
     int first_span = v10->base.span_index == 0;
@@ -503,6 +508,18 @@ span_kind_number(const char *text, Py_ssize_t size)
 /* ---------------------------------------------------------------------------
  * Attributes: one array of (key, type, value) triplets */
 
+/* The tag `key` was found to name earlier in this trace, or -1. */
+static inline int
+v10_known_tag_key(const V10Writer *v10, PyObject *key)
+{
+    for (int tag = 0; tag < MOVED_PRIORITY; tag++) {
+        if (v10->tag_key[tag] == key) {
+            return tag;
+        }
+    }
+    return -1;
+}
+
 /* What a table entry's text means as a meta key (the table's marks). */
 enum { V10_MARK_UNKNOWN = 0, V10_MARK_PLAIN = 1, V10_MARK_TAG = 2 /* + the MovedTag */ };
 
@@ -536,8 +553,11 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
         }
         return v10_write_text(w, value, "meta", key);
     }
-    /* A key new to the table (or not an exact str). */
-    tag = v10_meta_key_tag(key);
+    /* A key not in the table: a tag that moves (never streamed), or new. */
+    tag = v10_known_tag_key(v10, key);
+    if (tag < 0 && (tag = v10_meta_key_tag(key)) >= 0 && v10->tag_key[tag] == NULL) {
+        v10->tag_key[tag] = Py_NewRef(key); /* the first such object only: none is released */
+    }
     if (tag >= 0 && v10_take_meta_tag(v10, tag, value)) {
         return 0;
     }
@@ -685,6 +705,13 @@ v10_write_attributes(V10Writer *v10, PyObject *meta, PyObject *metrics, PyObject
         return 0;
     }
     if (count == entries) {
+        return 0;
+    }
+    if (array_header_size(count * 3) == header_size) {
+        /* The usual case: the header keeps its size, rewritten in place. */
+        char *at = w->out->start + key_pos + 1;
+        OutBuf header = {at, at, at + header_size, NULL};
+        mp_put_array_header(&header, (uint32_t)(count * 3));
         return 0;
     }
     char header[5];
@@ -891,5 +918,8 @@ error:
     *w = v10.base; /* counters and buffers the trace's writing updated */
     Py_XDECREF(v10.origin);
     v10_moved_release(&v10);
+    for (int tag = 0; tag < MOVED_PRIORITY; tag++) {
+        Py_XDECREF(v10.tag_key[tag]);
+    }
     return result;
 }
