@@ -1,5 +1,7 @@
 /* /v1.0/traces: one trace as a chunk map, its spans as integer-keyed maps and
  * every string streamed (see v10.h and docs/wire-format-v1.md). */
+#include <float.h>
+
 #include "spanwrite.h"
 #include "v10.h"
 
@@ -569,6 +571,23 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return v10_write_text(w, value, "meta", key);
 }
 
+/* A double attribute value, after its type byte: a float32 when that holds
+ * it exactly (1.0, 0.25, small integers: 5 bytes, not 9), which the agent
+ * widens back to the same double.  The range test comes first: converting a
+ * finite double beyond float's range is undefined; NaN fails it and stays a
+ * float64. */
+static inline void
+v10_put_double(OutBuf *out, double value)
+{
+    float single;
+    if (value >= -FLT_MAX && value <= FLT_MAX && (double)(single = (float)value) == value) {
+        mp_put_float(out, single);
+    }
+    else {
+        mp_put_double(out, value);
+    }
+}
+
 /* An int in the int64 range as an int64; a float, or an int in
  * [2**63, 2**64), as a double (the agent reads int attributes as int64). */
 static int
@@ -582,12 +601,14 @@ v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (check_tag_key(w, "metrics", key) < 0 || v10_write_text(w, key, "metrics", key) < 0) {
         return -1;
     }
-    if (PyFloat_Check(value)) {
+    /* An exact float, else an int (a flags test), before PyFloat_Check (a
+     * subtype walk for every int); no type is both. */
+    if (PyFloat_CheckExact(value) || (!PyLong_Check(value) && PyFloat_Check(value))) {
         if (outbuf_reserve(w->out, 10) < 0) {
             return -1;
         }
         mp_put_byte(w->out, V10_TYPE_DOUBLE);
-        mp_put_double(w->out, PyFloat_AS_DOUBLE(value));
+        v10_put_double(w->out, PyFloat_AS_DOUBLE(value));
         return 0;
     }
     if (!PyLong_Check(value)) {
@@ -613,7 +634,7 @@ v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     }
     else {
         mp_put_byte(w->out, V10_TYPE_DOUBLE);
-        mp_put_double(w->out, (double)magnitude);
+        v10_put_double(w->out, (double)magnitude);
     }
     return 0;
 }
