@@ -163,6 +163,44 @@ def test_env_version_component_fields():
        , 10)
 
 
+def test_tag_moves_once_per_span():
+    """A str and a bytes key of the same text: the first moves, the other
+    stays an attribute (its key streamed as text)."""
+    span = good_span(meta={"env": "a", b"env": "b"})
+    assert encode([[span]]) == chunk1(BASIC + "09 93" + fs("env") + "01" + fs("b") + "0d" + fs("a"),
+                                      8)
+
+
+def test_attribute_header_shrinks_when_tags_move():
+    """Six meta entries (an array16 of 18 before the tags are known), four of
+    which move: a fixarray of 6.  Every entry point agrees (encode checks
+    put+encode, whose string holes move with the header)."""
+    meta = {"env": "e", "a": "1", "version": "v", "component": "c", "span.kind": "client",
+            "b": "2"}
+    span = good_span(meta=meta)
+    attributes = "09 96" + fs("a") + "01" + fs("1") + fs("b") + "01" + fs("2")
+    fields = "0d" + fs("e") + "0e" + fs("v") + "0f" + fs("c") + "10 03"
+    assert encode([[span]]) == chunk1(BASIC + attributes + fields, 11)
+
+
+def test_all_tags_moved_no_attributes():
+    """Every entry becomes a field: no attributes key at all."""
+    span = good_span(meta={"env": "e", "span.kind": "server"})
+    assert encode([[span]]) == chunk1(BASIC + "0d" + fs("e") + "10 02", 8)
+
+
+def test_sixteen_fields_map16():
+    """All sixteen span keys: the span is a map16 (de 0010)."""
+    span = good_span(parent_id=9, error=1, span_type="t",
+                     meta={"env": "e", "version": "v", "component": "c", "span.kind": "server",
+                           "x": "y"},
+                     links=[{"trace_id": 3, "span_id": 4}],
+                     events=[{"name": "n", "time_unix_nano": 9}])
+    payload = encode([[span]])
+    assert payload.startswith(H("81 0b 91 82 04 91 de0010 01", fs("s")))
+    assert sorted(decode(payload)[11][0][4][0]) == list(range(1, 17))
+
+
 def test_trace_id_128_and_tid_tag():
     """The chunk's trace id carries all 128 bits; _dd.p.tid is not written."""
     span = good_span(trace_id=(0xAB << 64) | 1, meta={"_dd.p.tid": "00000000000000ab"})
