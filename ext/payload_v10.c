@@ -85,6 +85,19 @@ v10_put_prefix(const PayloadBuilder *payload, OutBuf *head)
     mp_put_array_header(head, (uint32_t)payload->trace_count);
 }
 
+/* The UTF-8 of a string in an encoded part's table: an ASCII str is its own
+ * (read in place, no call); any other was encoded, and its UTF-8 cached, when
+ * it entered the table. */
+static inline const char *
+v10_table_utf8(PyObject *str, Py_ssize_t *size)
+{
+    if (PyUnicode_IS_ASCII(str)) {
+        *size = PyUnicode_GET_LENGTH(str);
+        return (const char *)PyUnicode_DATA(str);
+    }
+    return PyUnicode_AsUTF8AndSize(str, size);
+}
+
 int
 v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
 {
@@ -105,7 +118,7 @@ v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
         }
         ids[i] = V10_UNSEEN;
         Py_ssize_t size;
-        if (PyUnicode_AsUTF8AndSize(local->strings[i], &size) == NULL) {
+        if (v10_table_utf8(local->strings[i], &size) == NULL) {
             goto error;
         }
         room += MP_MAX_HEADER + size;
@@ -128,7 +141,7 @@ v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
         /* First use in this payload: the str, which takes the next id. */
         PyObject *str = local->strings[local_index];
         Py_ssize_t size;
-        const char *utf8 = PyUnicode_AsUTF8AndSize(str, &size);
+        const char *utf8 = v10_table_utf8(str, &size);
         if (utf8 == NULL || strtable_insert(table, str, local->hashes[local_index], NULL, NULL,
                                             &ids[local_index]) < 0) {
             goto error;

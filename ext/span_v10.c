@@ -63,8 +63,9 @@ typedef enum {
     MOVED_PRIORITY,
 } MovedTag;
 
-/* The tags that become span fields (written after the attributes). */
-#define V10_SPAN_FIELD_TAGS 3 /* env, version, component: their text */
+/* The tags whose text becomes a span field: env, version, component (the
+ * first MovedTags). */
+#define V10_SPAN_FIELD_TAGS (MOVED_COMPONENT + 1)
 
 typedef struct {
     SpanWriter base; /* first: the write_trace callbacks get &base */
@@ -86,10 +87,10 @@ typedef struct {
     Py_ssize_t moved_count;
     PyObject *field_tag[V10_SPAN_FIELD_TAGS];
     uint32_t kind;
-    /* Per trace: the key object last found to name each tag (new
+    /* Per trace: the first key object found to name each tag (new
      * references).  Tags that move are never streamed, so their keys miss
-     * the string table; spans share their key objects (constants), so the
-     * next span knows them by address. */
+     * the string table; spans share their key objects (constants), so later
+     * spans know them by address. */
     PyObject *tag_key[MOVED_PRIORITY];
 } V10Writer;
 
