@@ -98,19 +98,30 @@ v10_table_utf8(PyObject *str, Py_ssize_t *size)
     return PyUnicode_AsUTF8AndSize(str, size);
 }
 
-/* Copy `size` bytes between holes, or a new string: mostly a few bytes
- * (a span's fixed fields, short text), copied with two overlapping moves of
- * a constant size instead of a memcpy call each. */
+/* Copy `size` bytes between holes, or a new string: mostly a few bytes (a
+ * type byte, a span's fixed fields, short text), moved in pieces of a
+ * constant size (the last one overlapping) instead of a memcpy call each. */
 static inline void
 v10_copy_run(char *to, const char *from, size_t size)
 {
-    if (size >= 8 && size <= 16) {
+    if (size < 4) {
+        for (size_t i = 0; i < size; i++) {
+            to[i] = from[i];
+        }
+    }
+    else if (size < 8) {
+        memcpy(to, from, 4);
+        memcpy(to + size - 4, from + size - 4, 4);
+    }
+    else if (size <= 16) {
         memcpy(to, from, 8);
         memcpy(to + size - 8, from + size - 8, 8);
     }
-    else if (size >= 4 && size < 8) {
-        memcpy(to, from, 4);
-        memcpy(to + size - 4, from + size - 4, 4);
+    else if (size <= 64) {
+        for (size_t i = 0; i + 16 < size; i += 16) {
+            memcpy(to + i, from + i, 16);
+        }
+        memcpy(to + size - 16, from + size - 16, 16);
     }
     else {
         memcpy(to, from, size);
