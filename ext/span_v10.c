@@ -572,16 +572,24 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return v10_write_text(w, value, "meta", key);
 }
 
+/* The low bits of a double's 52-bit significand that a float's 23 bits
+ * lack: set in most doubles (measured values), which a float32 cannot hold. */
+#define V10_DOUBLE_ONLY_BITS ((UINT64_C(1) << 29) - 1)
+
 /* A double attribute value, after its type byte: a float32 when that holds
  * it exactly (1.0, 0.25, small integers: 5 bytes, not 9), which the agent
- * widens back to the same double.  The range test comes first: converting a
- * finite double beyond float's range is undefined; NaN fails it and stays a
- * float64. */
+ * widens back to the same double.  The significand test rejects most values
+ * at once; the range test comes before the conversion, which is undefined
+ * for a finite double beyond float's range (NaN fails it and stays a
+ * float64). */
 static inline void
 v10_put_double(OutBuf *out, double value)
 {
     float single;
-    if (value >= -FLT_MAX && value <= FLT_MAX && (double)(single = (float)value) == value) {
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & V10_DOUBLE_ONLY_BITS) == 0 && value >= -FLT_MAX && value <= FLT_MAX &&
+        (double)(single = (float)value) == value) {
         mp_put_float(out, single);
     }
     else {
