@@ -4,6 +4,9 @@
 
 #include "mpwrite.h"
 
+/* Local tables up to this many strings map them to payload ids on the stack. */
+#define V10_STACK_IDS 256
+
 /* No payload id yet: the string's first use in this payload writes it. */
 #define V10_UNSEEN UINT32_MAX
 
@@ -133,7 +136,12 @@ v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
 {
     const StringTable *local = &part->strings;
     StringTable *table = &payload->table;
-    uint32_t *ids = PyMem_Malloc((size_t)local->count * sizeof(uint32_t));
+    /* Each local string's payload id: on the stack for the usual trace (an
+     * allocation would cost as much as joining a one-span trace). */
+    uint32_t stack_ids[V10_STACK_IDS];
+    uint32_t *ids = local->count <= V10_STACK_IDS
+                        ? stack_ids
+                        : PyMem_Malloc((size_t)local->count * sizeof(uint32_t));
     if (ids == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -184,6 +192,8 @@ v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
     payload->body.pos += body_len - copied;
     result = 0;
 error:
-    PyMem_Free(ids);
+    if (ids != stack_ids) {
+        PyMem_Free(ids);
+    }
     return result;
 }
