@@ -98,11 +98,13 @@ strtable_alloc(StringTable *table, uint32_t capacity)
         return -1;
     }
     table->hashes = hashes;
-    unsigned char *marks = PyMem_Realloc(table->marks, capacity);
-    if (marks == NULL) {
-        return -1;
+    if (table->marks != NULL) {
+        unsigned char *marks = PyMem_Realloc(table->marks, capacity);
+        if (marks == NULL) {
+            return -1;
+        }
+        table->marks = marks;
     }
-    table->marks = marks;
     uint32_t *index_of = PyMem_Calloc(slots, sizeof(uint32_t));
     if (index_of == NULL) {
         return -1;
@@ -178,6 +180,19 @@ strtable_init(StringTable *table, Py_ssize_t encoded_capacity)
     return 0;
 }
 
+int
+strtable_use_marks(StringTable *table)
+{
+    if (table->marks == NULL) {
+        table->marks = PyMem_Calloc(table->capacity, 1);
+        if (table->marks == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void
 strtable_free(StringTable *table)
 {
@@ -229,7 +244,9 @@ strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_enco
     uint32_t new_index = table->count++;
     table->strings[new_index] = Py_NewRef(str);
     table->hashes[new_index] = hash;
-    table->marks[new_index] = 0;
+    if (table->marks != NULL) {
+        table->marks[new_index] = 0;
+    }
     strtable_insert_slot(table, new_index);
     *index = new_index;
     return 0;

@@ -142,8 +142,9 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
 typedef struct {
     PyObject **strings; /* by index; exact str or bytes, strong references */
     Py_hash_t *hashes;  /* by index */
-    /* By index: a byte for the writer, 0 when the entry is added (v1.0: what
-     * the text means as a tag key, found once per entry, not per use). */
+    /* By index, in tables that use them (strtable_use_marks; else NULL): a
+     * byte for the writer, 0 when the entry is added (v1.0: what the text
+     * means as a tag key, found once per entry, not per use). */
     unsigned char *marks;
     uint32_t count;
     uint32_t capacity;
@@ -158,6 +159,9 @@ typedef int (*strtable_encode_fn)(void *arg, PyObject *str, OutBuf *out);
 /* encoded_capacity: initial room for encoded entries (tables that never
  * encode, such as an encoded trace's local table, pass 1). */
 int strtable_init(StringTable *table, Py_ssize_t encoded_capacity);
+/* Give the table its marks (every entry's 0); -1 and MemoryError if there
+ * is no memory for them. */
+int strtable_use_marks(StringTable *table);
 void strtable_free(StringTable *table);
 
 static inline int

@@ -110,20 +110,16 @@ v10_write_id(SpanWriter *w, uint32_t index)
 /* `str`: an exact str of at most MAX_TEXT_LEN code points.  Written as a
  * hole in a part; in a payload as its id when streamed before, else as the
  * str itself, taking the next id. */
+/* `str` (an exact str of at most MAX_TEXT_LEN code points, with its hash)
+ * is not in the table: written as a hole in a part; in a payload as the str
+ * itself, taking the next id. */
 static SP_NOINLINE int
-v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key)
+v10_write_unseen_str(SpanWriter *w, PyObject *str, Py_hash_t hash, const char *field, PyObject *key)
 {
     uint32_t index;
-    Py_hash_t hash = PyObject_Hash(str); /* an exact str: cached, cannot fail */
-    if (hash == -1) {
-        return -1;
-    }
-    if (strtable_find(w->strings, str, hash, &index)) {
-        return v10_write_id(w, index); /* equal text seen before */
-    }
-    /* New to the table: checked to be UTF-8 (lone surrogates are not).  An
-     * ASCII str is its own UTF-8, read in place: span_utf8 would first own
-     * the span's borrowed values (its error is an exception object). */
+    /* Checked to be UTF-8 (lone surrogates are not).  An ASCII str is its
+     * own UTF-8, read in place: span_utf8 would first own the span's
+     * borrowed values (its error is an exception object). */
     Py_ssize_t size;
     const char *utf8;
     if (PyUnicode_IS_ASCII(str)) {
@@ -151,6 +147,22 @@ v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key
         return -1;
     }
     return 0;
+}
+
+/* `str`: an exact str of at most MAX_TEXT_LEN code points.  Its id when
+ * streamed before, else as v10_write_unseen_str. */
+static int
+v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key)
+{
+    uint32_t index;
+    Py_hash_t hash = PyObject_Hash(str); /* an exact str: cannot fail */
+    if (hash == -1) {
+        return -1;
+    }
+    if (strtable_find(w->strings, str, hash, &index)) {
+        return v10_write_id(w, index); /* equal text seen before */
+    }
+    return v10_write_unseen_str(w, str, hash, field, key);
 }
 
 /* Any other text (long, bytes, subclasses): its prepared (truncated) form,
@@ -186,10 +198,15 @@ v10_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
     uint32_t index;
     Py_hash_t hash;
-    /* Most text is a str streamed before, found by the hash it keeps. */
-    if (SP_LIKELY(PyUnicode_CheckExact(value)) && (hash = ((PyASCIIObject *)value)->hash) != -1 &&
-        strtable_find(w->strings, value, hash, &index)) {
-        return v10_write_id(w, index);
+    /* Most text is a str streamed before, found by the hash it keeps; a
+     * short one that is not is written without a second lookup. */
+    if (SP_LIKELY(PyUnicode_CheckExact(value)) && (hash = ((PyASCIIObject *)value)->hash) != -1) {
+        if (strtable_find(w->strings, value, hash, &index)) {
+            return v10_write_id(w, index);
+        }
+        if (PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
+            return v10_write_unseen_str(w, value, hash, field, key);
+        }
     }
     return v10_write_text_slow(w, value, field, key);
 }
@@ -538,7 +555,7 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
      * names a tag that may become a field (its text is read once per entry). */
     if (SP_LIKELY(PyUnicode_CheckExact(key)) && (hash = ((PyASCIIObject *)key)->hash) != -1 &&
         strtable_find(table, key, hash, &index)) {
-        unsigned int mark = table->marks[index];
+        unsigned int mark = table->marks[index]; /* v1.0 tables have marks */
         if (SP_UNLIKELY(mark != V10_MARK_PLAIN)) {
             if (mark == V10_MARK_UNKNOWN) {
                 tag = v10_meta_key_tag(key);
