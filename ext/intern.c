@@ -103,6 +103,10 @@ strtable_alloc(StringTable *table, uint32_t capacity)
         if (marks == NULL) {
             return -1;
         }
+        /* Entries to come start at 0 (strtable_insert leaves marks alone). */
+        if (capacity > table->capacity) {
+            memset(marks + table->capacity, 0, capacity - table->capacity);
+        }
         table->marks = marks;
     }
     uint32_t *index_of = PyMem_Calloc(slots, sizeof(uint32_t));
@@ -244,9 +248,6 @@ strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_enco
     uint32_t new_index = table->count++;
     table->strings[new_index] = Py_NewRef(str);
     table->hashes[new_index] = hash;
-    if (table->marks != NULL) {
-        table->marks[new_index] = 0;
-    }
     strtable_insert_slot(table, new_index);
     *index = new_index;
     return 0;
@@ -274,6 +275,10 @@ strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len)
     }
     for (uint32_t i = count; i < old_count; i++) {
         Py_DECREF(table->strings[i]);
+    }
+    if (table->marks != NULL) {
+        /* The next strings to take these indexes start unmarked. */
+        memset(table->marks + count, 0, old_count - count);
     }
 }
 

@@ -143,7 +143,8 @@ typedef struct {
     PyObject **strings; /* by index; exact str or bytes, strong references */
     Py_hash_t *hashes;  /* by index */
     /* By index, in tables that use them (strtable_use_marks; else NULL): a
-     * byte for the writer, 0 when the entry is added (v1.0: what the text
+     * byte for the writer, 0 when the entry is added (kept 0 beyond count by
+     * growth and rollback, so inserting costs nothing; v1.0: what the text
      * means as a tag key, found once per entry, not per use). */
     unsigned char *marks;
     uint32_t count;
