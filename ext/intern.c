@@ -98,6 +98,17 @@ strtable_alloc(StringTable *table, uint32_t capacity)
         return -1;
     }
     table->hashes = hashes;
+    if (table->marks != NULL) {
+        unsigned char *marks = PyMem_Realloc(table->marks, capacity);
+        if (marks == NULL) {
+            return -1;
+        }
+        /* Entries to come start at 0 (strtable_insert leaves marks alone). */
+        if (capacity > table->capacity) {
+            memset(marks + table->capacity, 0, capacity - table->capacity);
+        }
+        table->marks = marks;
+    }
     uint32_t *index_of = PyMem_Calloc(slots, sizeof(uint32_t));
     if (index_of == NULL) {
         return -1;
@@ -173,6 +184,19 @@ strtable_init(StringTable *table, Py_ssize_t encoded_capacity)
     return 0;
 }
 
+int
+strtable_use_marks(StringTable *table)
+{
+    if (table->marks == NULL) {
+        table->marks = PyMem_Calloc(table->capacity, 1);
+        if (table->marks == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void
 strtable_free(StringTable *table)
 {
@@ -181,6 +205,7 @@ strtable_free(StringTable *table)
     }
     PyMem_Free(table->strings);
     PyMem_Free(table->hashes);
+    PyMem_Free(table->marks);
     PyMem_Free(table->index_of);
     if (table->encoded.start != NULL) {
         outbuf_free(&table->encoded);
@@ -266,6 +291,10 @@ strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len)
     }
     for (uint32_t i = count; i < old_count; i++) {
         Py_DECREF(table->strings[i]);
+    }
+    if (table->marks != NULL) {
+        /* The next strings to take these indexes start unmarked. */
+        memset(table->marks + count, 0, old_count - count);
     }
 }
 

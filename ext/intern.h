@@ -143,6 +143,11 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
 typedef struct {
     PyObject **strings; /* by index; exact str or bytes, strong references */
     Py_hash_t *hashes;  /* by index */
+    /* By index, in tables that use them (strtable_use_marks; else NULL): a
+     * byte for the writer, 0 when the entry is added (kept 0 beyond count by
+     * growth and rollback, so inserting costs nothing; v1.0: what the text
+     * means as a tag key, found once per entry, not per use). */
+    unsigned char *marks;
     uint32_t count;
     uint32_t capacity;
     uint32_t *index_of; /* open addressing: 0 empty, else index + 1 */
@@ -156,6 +161,9 @@ typedef int (*strtable_encode_fn)(void *arg, PyObject *str, OutBuf *out);
 /* encoded_capacity: initial room for encoded entries (tables that never
  * encode, such as an encoded trace's local table, pass 1). */
 int strtable_init(StringTable *table, Py_ssize_t encoded_capacity);
+/* Give the table its marks (every entry's 0); -1 and MemoryError if there
+ * is no memory for them. */
+int strtable_use_marks(StringTable *table);
 void strtable_free(StringTable *table);
 
 static inline int
@@ -220,6 +228,15 @@ strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t 
         i = (i + 1) & table->mask;
     }
     return 0;
+}
+
+/* Could the next strtable_insert fail (the table must grow, or is full)?
+ * Writers holding borrowed values own them first: the error is an exception
+ * object. */
+static inline int
+strtable_insert_may_fail(const StringTable *table)
+{
+    return table->count >= table->capacity || table->count == UINT32_MAX - 1;
 }
 
 /* Add `str` (hash -1: not computed yet), encoding it with `encode` unless

@@ -226,6 +226,16 @@ mp_put_double(OutBuf *buf, double v)
     buf->pos += 9;
 }
 
+static inline void
+mp_put_float(OutBuf *buf, float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    buf->pos[0] = (char)MP_FLOAT32;
+    mp_store32(buf->pos + 1, bits);
+    buf->pos += 5;
+}
+
 /* A header whose form depends only on the count: fix / 16-bit / 32-bit. */
 static inline void
 mp_put_sized_header(OutBuf *buf, uint32_t n, unsigned char fix_tag, uint32_t fix_limit,

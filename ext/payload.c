@@ -62,7 +62,8 @@ part_init(EncodedPart *part, SpanpackState *state, int version)
     /* v1.0 parts share v0.5's seed: only referenced entries ever reach a
      * payload. */
     if (version != 4 &&
-        (strtable_init(&part->strings, 1) < 0 || seed_table(&part->strings, state, NULL) < 0)) {
+        (strtable_init(&part->strings, 1) < 0 || seed_table(&part->strings, state, NULL) < 0 ||
+         (version == V10_VERSION && strtable_use_marks(&part->strings) < 0))) {
         part_free(part);
         return -1;
     }
@@ -107,7 +108,8 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
     if (big_table) {
         /* A fresh seeded table; if even that cannot be had, keep the old. */
         StringTable small;
-        if (strtable_init(&small, 1) == 0 && seed_table(&small, state, NULL) == 0) {
+        if (strtable_init(&small, 1) == 0 && seed_table(&small, state, NULL) == 0 &&
+            (part->strings.marks == NULL || strtable_use_marks(&small) == 0)) {
             strtable_free(&part->strings);
             part->strings = small;
         }
@@ -156,7 +158,7 @@ payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssiz
     /* v1.0: id 0 is the empty string, never streamed. */
     uint32_t empty;
     if (version == V10_VERSION &&
-        (strtable_init(&payload->table, 1) < 0 ||
+        (strtable_init(&payload->table, 1) < 0 || strtable_use_marks(&payload->table) < 0 ||
          strtable_index(&payload->table, state->str_empty, NULL, NULL, &empty) < 0)) {
         payload_free(payload);
         return -1;

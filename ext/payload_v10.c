@@ -4,6 +4,9 @@
 
 #include "mpwrite.h"
 
+/* Local tables up to this many strings map them to payload ids on the stack. */
+#define V10_STACK_IDS 256
+
 /* No payload id yet: the string's first use in this payload writes it. */
 #define V10_UNSEEN UINT32_MAX
 
@@ -85,12 +88,60 @@ v10_put_prefix(const PayloadBuilder *payload, OutBuf *head)
     mp_put_array_header(head, (uint32_t)payload->trace_count);
 }
 
+/* The UTF-8 of a string in an encoded part's table: an ASCII str is its own
+ * (read in place, no call); any other was encoded, and its UTF-8 cached, when
+ * it entered the table. */
+static inline const char *
+v10_table_utf8(PyObject *str, Py_ssize_t *size)
+{
+    if (PyUnicode_IS_ASCII(str)) {
+        *size = PyUnicode_GET_LENGTH(str);
+        return (const char *)PyUnicode_DATA(str);
+    }
+    return PyUnicode_AsUTF8AndSize(str, size);
+}
+
+/* Copy `size` bytes between holes, or a new string: mostly a few bytes (a
+ * type byte, a span's fixed fields, short text), moved in pieces of a
+ * constant size (the last one overlapping) instead of a memcpy call each. */
+static inline void
+v10_copy_run(char *to, const char *from, size_t size)
+{
+    if (size < 4) {
+        for (size_t i = 0; i < size; i++) {
+            to[i] = from[i];
+        }
+    }
+    else if (size < 8) {
+        memcpy(to, from, 4);
+        memcpy(to + size - 4, from + size - 4, 4);
+    }
+    else if (size <= 16) {
+        memcpy(to, from, 8);
+        memcpy(to + size - 8, from + size - 8, 8);
+    }
+    else if (size <= 64) {
+        for (size_t i = 0; i + 16 < size; i += 16) {
+            memcpy(to + i, from + i, 16);
+        }
+        memcpy(to + size - 16, from + size - 16, 16);
+    }
+    else {
+        memcpy(to, from, size);
+    }
+}
+
 int
 v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
 {
     const StringTable *local = &part->strings;
     StringTable *table = &payload->table;
-    uint32_t *ids = PyMem_Malloc((size_t)local->count * sizeof(uint32_t));
+    /* Each local string's payload id: on the stack for the usual trace (an
+     * allocation would cost as much as joining a one-span trace). */
+    uint32_t stack_ids[V10_STACK_IDS];
+    uint32_t *ids = local->count <= V10_STACK_IDS
+                        ? stack_ids
+                        : PyMem_Malloc((size_t)local->count * sizeof(uint32_t));
     if (ids == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -105,7 +156,7 @@ v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
         }
         ids[i] = V10_UNSEEN;
         Py_ssize_t size;
-        if (PyUnicode_AsUTF8AndSize(local->strings[i], &size) == NULL) {
+        if (v10_table_utf8(local->strings[i], &size) == NULL) {
             goto error;
         }
         room += MP_MAX_HEADER + size;
@@ -117,7 +168,7 @@ v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
     Py_ssize_t copied = 0, body_len = outbuf_len(&part->body);
     for (Py_ssize_t h = 0; h < part->holes.count; h++) {
         const StringHole *hole = &part->holes.items[h];
-        memcpy(payload->body.pos, body + copied, (size_t)(hole->offset - copied));
+        v10_copy_run(payload->body.pos, body + copied, (size_t)(hole->offset - copied));
         payload->body.pos += hole->offset - copied;
         copied = hole->offset;
         uint32_t local_index = hole->local_index;
@@ -128,19 +179,21 @@ v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
         /* First use in this payload: the str, which takes the next id. */
         PyObject *str = local->strings[local_index];
         Py_ssize_t size;
-        const char *utf8 = PyUnicode_AsUTF8AndSize(str, &size);
+        const char *utf8 = v10_table_utf8(str, &size);
         if (utf8 == NULL || strtable_insert(table, str, local->hashes[local_index], NULL, NULL,
                                             &ids[local_index]) < 0) {
             goto error;
         }
         mp_put_str_header(&payload->body, (uint32_t)size, 1);
-        memcpy(payload->body.pos, utf8, (size_t)size);
+        v10_copy_run(payload->body.pos, utf8, (size_t)size);
         payload->body.pos += size;
     }
     memcpy(payload->body.pos, body + copied, (size_t)(body_len - copied));
     payload->body.pos += body_len - copied;
     result = 0;
 error:
-    PyMem_Free(ids);
+    if (ids != stack_ids) {
+        PyMem_Free(ids);
+    }
     return result;
 }

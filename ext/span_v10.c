@@ -1,5 +1,7 @@
 /* /v1.0/traces: one trace as a chunk map, its spans as integer-keyed maps and
  * every string streamed (see v10.h and docs/wire-format-v1.md). */
+#include <float.h>
+
 #include "spanwrite.h"
 #include "v10.h"
 
@@ -43,11 +45,13 @@ enum {
 /* Nesting of the converted links and events (a few levels in practice). */
 #define V10_PLAIN_NEST_LIMIT 16
 
-/* The tags that leave a span's attributes for a field of their own: the
- * span's env, version, component and kind; `_dd.p.tid` (the chunk carries
- * the whole trace id); `_dd.origin` when the trace has an origin (which
- * takes its place, as in v0.4); and on the first span the decision maker
- * and the sampling priority, which become chunk fields. */
+/* The tags that leave a span's attributes, found while they are written
+ * (one pass over meta): the span's env, version, component and kind;
+ * `_dd.p.tid` (the chunk carries the whole trace id); `_dd.origin` when the
+ * trace has an origin (which takes its place, as in v0.4); and on the first
+ * span the decision maker and the sampling priority, which become chunk
+ * fields.  A tag moves once per span: a second key of the same text (str
+ * and bytes) stays an attribute. */
 typedef enum {
     MOVED_ENV,
     MOVED_VERSION,
@@ -56,9 +60,12 @@ typedef enum {
     MOVED_TRACE_ID_HIGH,
     MOVED_ORIGIN,
     MOVED_DECISION_MAKER,
-    MOVED_PRIORITY, /* the one metrics tag: after every meta tag */
-    MOVED_COUNT
+    MOVED_PRIORITY,
 } MovedTag;
+
+/* The tags whose text becomes a span field: env, version, component (the
+ * first MovedTags). */
+#define V10_SPAN_FIELD_TAGS (MOVED_COMPONENT + 1)
 
 typedef struct {
     SpanWriter base; /* first: the write_trace callbacks get &base */
@@ -68,17 +75,23 @@ typedef struct {
     uint64_t trace_id_low;
     PyObject *origin; /* new reference (exact str), or NULL */
     int has_priority;
+    int priority_seen; /* the first span's priority metric was looked at */
     int32_t priority;
     uint32_t mechanism; /* 0: none */
-    /* The current span's moved tags: key and value, new references. */
-    PyObject *moved_key[MOVED_COUNT];
-    PyObject *moved_value[MOVED_COUNT];
-    int moved_meta;
-    int moved_metrics;
-    /* The moved entries the attribute writers met and left out (lenient
-     * mode counts every entry it keeps, these included: Python code run
-     * while it writes, a finalizer, may remove a moved entry). */
-    Py_ssize_t moved_skipped;
+    /* The current span's moved tags: a bit per MovedTag, how many entries
+     * left the attributes, the text of env, version and component (new
+     * references: Python code may run before they are written, converting
+     * links or packing meta_struct, and change the meta dict) and the kind
+     * (0: no span.kind tag). */
+    unsigned int moved;
+    Py_ssize_t moved_count;
+    PyObject *field_tag[V10_SPAN_FIELD_TAGS];
+    uint32_t kind;
+    /* Per trace: the first key object found to name each tag (new
+     * references).  Tags that move are never streamed, so their keys miss
+     * the string table; spans share their key objects (constants), so later
+     * spans know them by address. */
+    PyObject *tag_key[MOVED_PRIORITY];
 } V10Writer;
 
 /* ---------------------------------------------------------------------------
@@ -97,22 +110,27 @@ v10_write_id(SpanWriter *w, uint32_t index)
 /* `str`: an exact str of at most MAX_TEXT_LEN code points.  Written as a
  * hole in a part; in a payload as its id when streamed before, else as the
  * str itself, taking the next id. */
+/* `str` (an exact str of at most MAX_TEXT_LEN code points, with its hash)
+ * is not in the table: written as a hole in a part; in a payload as the str
+ * itself, taking the next id. */
 static SP_NOINLINE int
-v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key)
+v10_write_unseen_str(SpanWriter *w, PyObject *str, Py_hash_t hash, const char *field, PyObject *key)
 {
     uint32_t index;
-    Py_hash_t hash = PyObject_Hash(str); /* an exact str: cached, cannot fail */
-    if (hash == -1) {
-        return -1;
-    }
-    if (strtable_find(w->strings, str, hash, &index)) {
-        return v10_write_id(w, index); /* equal text seen before */
-    }
-    /* New to the table: checked to be UTF-8 (lone surrogates are not). */
+    /* Checked to be UTF-8 (lone surrogates are not).  An ASCII str is its
+     * own UTF-8, read in place: span_utf8 would first own the span's
+     * borrowed values (its error is an exception object). */
     Py_ssize_t size;
-    const char *utf8 = span_utf8(w, str, field, key, &size);
-    if (utf8 == NULL) {
+    const char *utf8;
+    if (PyUnicode_IS_ASCII(str)) {
+        utf8 = (const char *)PyUnicode_DATA(str);
+        size = PyUnicode_GET_LENGTH(str);
+    }
+    else if ((utf8 = span_utf8(w, str, field, key, &size)) == NULL) {
         return -1;
+    }
+    if (SP_UNLIKELY(strtable_insert_may_fail(w->strings))) {
+        span_hold_values(w);
     }
     if (w->holes != NULL) {
         if (strtable_insert(w->strings, str, hash, NULL, NULL, &index) < 0) {
@@ -129,6 +147,22 @@ v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key
         return -1;
     }
     return 0;
+}
+
+/* `str`: an exact str of at most MAX_TEXT_LEN code points.  Its id when
+ * streamed before, else as v10_write_unseen_str. */
+static int
+v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key)
+{
+    uint32_t index;
+    Py_hash_t hash = PyObject_Hash(str); /* an exact str: cannot fail */
+    if (hash == -1) {
+        return -1;
+    }
+    if (strtable_find(w->strings, str, hash, &index)) {
+        return v10_write_id(w, index); /* equal text seen before */
+    }
+    return v10_write_unseen_str(w, str, hash, field, key);
 }
 
 /* Any other text (long, bytes, subclasses): its prepared (truncated) form,
@@ -164,10 +198,15 @@ v10_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
     uint32_t index;
     Py_hash_t hash;
-    /* Most text is a str streamed before, found by the hash it keeps. */
-    if (SP_LIKELY(PyUnicode_CheckExact(value)) && (hash = ((PyASCIIObject *)value)->hash) != -1 &&
-        strtable_find(w->strings, value, hash, &index)) {
-        return v10_write_id(w, index);
+    /* Most text is a str streamed before, found by the hash it keeps; a
+     * short one that is not is written without a second lookup. */
+    if (SP_LIKELY(PyUnicode_CheckExact(value)) && (hash = ((PyASCIIObject *)value)->hash) != -1) {
+        if (strtable_find(w->strings, value, hash, &index)) {
+            return v10_write_id(w, index);
+        }
+        if (PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
+            return v10_write_unseen_str(w, value, hash, field, key);
+        }
     }
     return v10_write_text_slow(w, value, field, key);
 }
@@ -352,175 +391,227 @@ parse_trace_id_high(PyObject *value, uint64_t *high)
 static void
 v10_moved_release(V10Writer *v10)
 {
-    if (v10->moved_meta + v10->moved_metrics == 0) {
-        return; /* every slot is empty */
-    }
-    for (int i = 0; i < MOVED_COUNT; i++) {
-        Py_CLEAR(v10->moved_key[i]);
-        Py_CLEAR(v10->moved_value[i]);
-    }
-    v10->moved_meta = v10->moved_metrics = 0;
-}
-
-static void
-v10_move(V10Writer *v10, MovedTag tag, PyObject *key, PyObject *value)
-{
-    if (v10->moved_key[tag] == NULL) {
-        v10->moved_key[tag] = Py_NewRef(key);
-        v10->moved_value[tag] = Py_NewRef(value);
-        if (tag == MOVED_PRIORITY) {
-            v10->moved_metrics++;
-        }
-        else {
-            v10->moved_meta++;
-        }
-    }
-}
-
-/* Does this meta entry become a field?  Runs no Python code; only text
- * values move (any other value stays, to be refused or dropped as usual). */
-static void
-v10_scan_meta_entry(V10Writer *v10, PyObject *key, PyObject *value, int first_span)
-{
-    if (!is_text(value)) {
+    if (v10->moved == 0) {
         return;
     }
-    Py_ssize_t size = PyUnicode_Check(key) ? PyUnicode_GET_LENGTH(key)
-                      : PyBytes_Check(key) ? PyBytes_GET_SIZE(key)
-                                           : 0;
+    for (int i = 0; i < V10_SPAN_FIELD_TAGS; i++) {
+        Py_CLEAR(v10->field_tag[i]);
+    }
+    v10->moved = 0;
+    v10->moved_count = 0;
+    v10->kind = 0;
+}
+
+static uint32_t span_kind_number(const char *text, Py_ssize_t size);
+
+/* The tag a meta key's text names (`size` bytes), or -1. */
+static int
+v10_meta_tag_of(const char *name, Py_ssize_t size)
+{
     switch (size) {
     case 3:
-        if (KEY_IS(key, "env")) {
-            v10_move(v10, MOVED_ENV, key, value);
-        }
-        break;
+        return memcmp(name, "env", 3) == 0 ? MOVED_ENV : -1;
     case 7:
-        if (KEY_IS(key, "version")) {
-            v10_move(v10, MOVED_VERSION, key, value);
-        }
-        break;
+        return memcmp(name, "version", 7) == 0 ? MOVED_VERSION : -1;
     case 8:
-        if (first_span && KEY_IS(key, "_dd.p.dm") && parse_decision_maker(value, &v10->mechanism)) {
-            v10_move(v10, MOVED_DECISION_MAKER, key, value);
-        }
-        break;
+        return memcmp(name, "_dd.p.dm", 8) == 0 ? MOVED_DECISION_MAKER : -1;
     case 9:
-        if (KEY_IS(key, "component")) {
-            v10_move(v10, MOVED_COMPONENT, key, value);
-        }
-        else if (KEY_IS(key, "span.kind")) {
-            v10_move(v10, MOVED_KIND, key, value);
-        }
-        else if (KEY_IS(key, TRACE_ID_HIGH_KEY)) {
-            uint64_t high;
-            if (first_span && v10->trace_id_high == 0 && parse_trace_id_high(value, &high)) {
-                v10->trace_id_high = high;
-            }
-            v10_move(v10, MOVED_TRACE_ID_HIGH, key, value);
+        return memcmp(name, "component", 9) == 0         ? MOVED_COMPONENT
+               : memcmp(name, "span.kind", 9) == 0       ? MOVED_KIND
+               : memcmp(name, TRACE_ID_HIGH_KEY, 9) == 0 ? MOVED_TRACE_ID_HIGH
+                                                         : -1;
+    case 10:
+        return memcmp(name, ORIGIN_KEY, 10) == 0 ? MOVED_ORIGIN : -1;
+    default:
+        return -1;
+    }
+}
+
+/* The tag a meta key names (ASCII str or bytes), or -1. */
+static int
+v10_meta_key_tag(PyObject *key)
+{
+    Py_ssize_t size;
+    const char *name = ascii_text(key, &size);
+    return name != NULL ? v10_meta_tag_of(name, size) : -1;
+}
+
+/* A meta entry whose key names `tag`: taken out of the attributes (1) when
+ * its value makes it a field.  Runs no Python code; only text values move
+ * (any other value stays, to be refused or dropped as usual). */
+static inline int
+v10_take_meta_tag(V10Writer *v10, int tag, PyObject *value)
+{
+    int first_span = v10->base.span_index == 0;
+    Py_ssize_t size;
+    const char *text;
+    uint64_t high;
+    if (!is_text(value) || (v10->moved & (1u << tag))) {
+        return 0;
+    }
+    switch (tag) {
+    case MOVED_ENV:
+    case MOVED_VERSION:
+    case MOVED_COMPONENT:
+        v10->field_tag[tag] = Py_NewRef(value);
+        break;
+    case MOVED_KIND:
+        text = ascii_text(value, &size);
+        v10->kind = text != NULL ? span_kind_number(text, size) : V10_KIND_INTERNAL;
+        break;
+    case MOVED_TRACE_ID_HIGH:
+        if (first_span && v10->trace_id_high == 0 && parse_trace_id_high(value, &high)) {
+            v10->trace_id_high = high;
         }
         break;
-    case 10:
-        if (v10->origin != NULL && KEY_IS(key, ORIGIN_KEY)) {
-            v10_move(v10, MOVED_ORIGIN, key, value);
+    case MOVED_ORIGIN:
+        if (v10->origin == NULL) {
+            return 0;
+        }
+        break;
+    case MOVED_DECISION_MAKER:
+        if (!first_span || !parse_decision_maker(value, &v10->mechanism)) {
+            return 0;
         }
         break;
     default:
-        break;
+        return 0;
     }
-}
-
-/* Find the meta entries that become fields (read in place where possible:
- * nothing here runs Python code). */
-static void
-v10_scan_meta(V10Writer *v10, PyObject *meta, int first_span)
-{
-    DictEntries entries;
-    if (pydict_entries(meta, &entries)) {
-        PyObject *const *entry = entries.keys;
-        for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
-            if (entry[1] != NULL) {
-                v10_scan_meta_entry(v10, entry[0], entry[1], first_span);
-            }
-        }
-        return;
-    }
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(meta, &pos, &key, &value)) {
-        v10_scan_meta_entry(v10, key, value, first_span);
-    }
+    v10->moved |= 1u << tag;
+    v10->moved_count++;
+    return 1;
 }
 
 /* The first span's sampling priority metric, when an int that fits in 32
- * bits, becomes the chunk's priority. */
-static void
-v10_scan_metrics(V10Writer *v10, PyObject *metrics)
+ * bits, becomes the chunk's priority (only the first key of that text is
+ * looked at).  1: taken out of the attributes. */
+static SP_NOINLINE int
+v10_take_priority(V10Writer *v10, PyObject *key, PyObject *value)
 {
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(metrics, &pos, &key, &value)) {
-        if (!KEY_IS(key, "_sampling_priority_v1") || !PyLong_CheckExact(value)) {
-            continue;
-        }
-        int overflow;
-        long number = PyLong_AsLongAndOverflow(value, &overflow);
-        if (overflow == 0 && number >= INT32_MIN && number <= INT32_MAX) {
-            v10->has_priority = 1;
-            v10->priority = (int32_t)number;
-            v10_move(v10, MOVED_PRIORITY, key, value);
-        }
-        return;
+    if (!KEY_IS(key, "_sampling_priority_v1")) {
+        return 0;
     }
-}
-
-/* Is `key` one of the moved tags [first, last) (meta's or metrics')?  By
- * address: a map's moved entry is the same key object; each map is
- * checked only against its own moved tags, since an equal str (the same
- * object, when interned) may key the other map too. */
-static inline int
-v10_is_moved(const V10Writer *v10, PyObject *key, MovedTag first, MovedTag last)
-{
-    for (int i = (int)first; i < (int)last; i++) {
-        if (v10->moved_key[i] == key) {
-            return 1;
-        }
+    v10->priority_seen = 1;
+    if (!PyLong_CheckExact(value)) {
+        return 0;
     }
-    return 0;
+    int overflow;
+    long number = PyLong_AsLongAndOverflow(value, &overflow); /* an exact int: no error */
+    if (overflow != 0 || number < INT32_MIN || number > INT32_MAX) {
+        return 0;
+    }
+    v10->has_priority = 1;
+    v10->priority = (int32_t)number;
+    v10->moved |= 1u << MOVED_PRIORITY;
+    v10->moved_count++;
+    return 1;
 }
 
 /* span.kind text as its OpenTelemetry number: anything unknown is internal. */
 static uint32_t
-span_kind_number(PyObject *value)
+span_kind_number(const char *text, Py_ssize_t size)
 {
-    static const char *const names[] = {"server", "client", "producer", "consumer"};
-    Py_ssize_t size;
-    const char *text = ascii_text(value, &size);
-    if (text != NULL) {
-        for (uint32_t i = 0; i < 4; i++) {
-            if ((size_t)size == strlen(names[i]) && memcmp(text, names[i], (size_t)size) == 0) {
-                return i + 2;
-            }
-        }
+    switch (size) {
+    case 6:
+        return memcmp(text, "server", 6) == 0   ? 2
+               : memcmp(text, "client", 6) == 0 ? 3
+                                                : V10_KIND_INTERNAL;
+    case 8:
+        return memcmp(text, "producer", 8) == 0   ? 4
+               : memcmp(text, "consumer", 8) == 0 ? 5
+                                                  : V10_KIND_INTERNAL;
+    default:
+        return V10_KIND_INTERNAL;
     }
-    return V10_KIND_INTERNAL;
 }
 
 /* ---------------------------------------------------------------------------
  * Attributes: one array of (key, type, value) triplets */
 
+/* The tag `key` was found to name earlier in this trace, or -1. */
+static inline int
+v10_known_tag_key(const V10Writer *v10, PyObject *key)
+{
+    for (int tag = 0; tag < MOVED_PRIORITY; tag++) {
+        if (v10->tag_key[tag] == key) {
+            return tag;
+        }
+    }
+    return -1;
+}
+
+/* What a table entry's text means as a meta key (the table's marks). */
+enum { V10_MARK_UNKNOWN = 0, V10_MARK_PLAIN = 1, V10_MARK_TAG = 2 /* + the MovedTag */ };
+
 static int
 v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     V10Writer *v10 = (V10Writer *)w;
-    if (SP_UNLIKELY(v10->moved_meta > 0) && v10_is_moved(v10, key, MOVED_ENV, MOVED_PRIORITY)) {
-        v10->moved_skipped++;
+    StringTable *table = w->strings;
+    uint32_t index;
+    Py_hash_t hash;
+    int tag;
+    /* Most keys are a str streamed before: its entry's mark says whether it
+     * names a tag that may become a field (its text is read once per entry). */
+    if (SP_LIKELY(PyUnicode_CheckExact(key)) && (hash = ((PyASCIIObject *)key)->hash) != -1 &&
+        strtable_find(table, key, hash, &index)) {
+        unsigned int mark = table->marks[index]; /* v1.0 tables have marks */
+        if (SP_UNLIKELY(mark != V10_MARK_PLAIN)) {
+            if (mark == V10_MARK_UNKNOWN) {
+                tag = v10_meta_key_tag(key);
+                mark = tag < 0 ? V10_MARK_PLAIN : V10_MARK_TAG + (unsigned int)tag;
+                table->marks[index] = (unsigned char)mark;
+            }
+            if (mark != V10_MARK_PLAIN &&
+                v10_take_meta_tag(v10, (int)(mark - V10_MARK_TAG), value)) {
+                return 0;
+            }
+        }
+        if (check_tag_key(w, "meta", key) < 0 || check_meta_value(w, key, value) < 0 ||
+            v10_write_id(w, index) < 0 || mp_write_byte(w->out, V10_TYPE_STRING) < 0) {
+            return -1;
+        }
+        return v10_write_text(w, value, "meta", key);
+    }
+    /* A key not in the table: a tag that moves (never streamed), or new. */
+    tag = v10_known_tag_key(v10, key);
+    if (tag < 0 && (tag = v10_meta_key_tag(key)) >= 0 && v10->tag_key[tag] == NULL) {
+        v10->tag_key[tag] = Py_NewRef(key); /* the first such object only: none is released */
+    }
+    if (tag >= 0 && v10_take_meta_tag(v10, tag, value)) {
         return 0;
     }
     if (check_tag_key(w, "meta", key) < 0 || check_meta_value(w, key, value) < 0 ||
-        v10_write_text(w, key, "meta", key) < 0 || mp_write_byte(w->out, V10_TYPE_STRING) < 0) {
+        v10_write_text_slow(w, key, "meta", key) < 0 ||
+        mp_write_byte(w->out, V10_TYPE_STRING) < 0) {
         return -1;
     }
     return v10_write_text(w, value, "meta", key);
+}
+
+/* The low bits of a double's 52-bit significand that a float's 23 bits
+ * lack: set in most doubles (measured values), which a float32 cannot hold. */
+#define V10_DOUBLE_ONLY_BITS ((UINT64_C(1) << 29) - 1)
+
+/* A double attribute value, after its type byte: a float32 when that holds
+ * it exactly (1.0, 0.25, small integers: 5 bytes, not 9), which the agent
+ * widens back to the same double.  The significand test rejects most values
+ * at once; the range test comes before the conversion, which is undefined
+ * for a finite double beyond float's range (NaN fails it and stays a
+ * float64). */
+static inline void
+v10_put_double(OutBuf *out, double value)
+{
+    float single;
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & V10_DOUBLE_ONLY_BITS) == 0 && value >= -FLT_MAX && value <= FLT_MAX &&
+        (double)(single = (float)value) == value) {
+        mp_put_float(out, single);
+    }
+    else {
+        mp_put_double(out, value);
+    }
 }
 
 /* An int in the int64 range as an int64; a float, or an int in
@@ -529,20 +620,21 @@ static int
 v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     V10Writer *v10 = (V10Writer *)w;
-    if (SP_UNLIKELY(v10->moved_metrics > 0) &&
-        v10_is_moved(v10, key, MOVED_PRIORITY, MOVED_COUNT)) {
-        v10->moved_skipped++;
+    if (SP_UNLIKELY(w->span_index == 0) && !v10->priority_seen &&
+        v10_take_priority(v10, key, value)) {
         return 0;
     }
     if (check_tag_key(w, "metrics", key) < 0 || v10_write_text(w, key, "metrics", key) < 0) {
         return -1;
     }
-    if (PyFloat_Check(value)) {
+    /* An exact float, else an int (a flags test), before PyFloat_Check (a
+     * subtype walk for every int); no type is both. */
+    if (PyFloat_CheckExact(value) || (!PyLong_Check(value) && PyFloat_Check(value))) {
         if (outbuf_reserve(w->out, 10) < 0) {
             return -1;
         }
         mp_put_byte(w->out, V10_TYPE_DOUBLE);
-        mp_put_double(w->out, PyFloat_AS_DOUBLE(value));
+        v10_put_double(w->out, PyFloat_AS_DOUBLE(value));
         return 0;
     }
     if (!PyLong_Check(value)) {
@@ -568,7 +660,7 @@ v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     }
     else {
         mp_put_byte(w->out, V10_TYPE_DOUBLE);
-        mp_put_double(w->out, (double)magnitude);
+        v10_put_double(w->out, (double)magnitude);
     }
     return 0;
 }
@@ -597,78 +689,82 @@ v10_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return result;
 }
 
-/* The array header of `count` triplets; in lenient mode (entries may be
- * dropped) a 5-byte placeholder that v10_attributes_end rewrites. */
-static int
-v10_attributes_begin(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
-{
-    *header_pos = outbuf_len(w->out);
-    if (count * 3 > MP_ITEM_LIMIT) {
-        return span_error(w, PyExc_ValueError, "meta", NULL, "too many attributes");
-    }
-    if (outbuf_reserve(w->out, 5) < 0) {
-        return -1;
-    }
-    if (!w->lenient) {
-        mp_put_array_header(w->out, (uint32_t)(count * 3));
-        return 0;
-    }
-    w->out->pos[0] = (char)0xdd;
-    w->out->pos += 5;
-    return 0;
-}
-
-static void
-v10_attributes_end(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count)
-{
-    if (!w->lenient) {
-        return;
-    }
-    char header[5];
-    OutBuf scratch = {header, header, header + sizeof header, NULL};
-    mp_put_array_header(&scratch, (uint32_t)(count * 3));
-    Py_ssize_t header_size = outbuf_len(&scratch);
-    Py_ssize_t shift = 5 - header_size;
-    char *start = w->out->start + header_pos;
-    memcpy(start, header, (size_t)header_size);
-    if (shift == 0) {
-        return;
-    }
-    memmove(start + header_size, start + 5, (size_t)(outbuf_len(w->out) - header_pos - 5));
-    w->out->pos -= shift;
-    if (w->holes != NULL) {
-        for (Py_ssize_t i = w->holes->count - 1; i >= 0 && w->holes->items[i].offset > header_pos;
-             i--) {
-            w->holes->items[i].offset -= shift;
-        }
-    }
-}
-
 static Py_ssize_t
 dict_size(PyObject *dict)
 {
     return dict != NULL && dict != Py_None ? PyDict_GET_SIZE(dict) : 0;
 }
 
+/* Replace the `old_size`-byte header at `pos` by `size` bytes of `header`,
+ * moving what follows (and the holes in it) when the sizes differ. */
+static int
+v10_replace_header(SpanWriter *w, Py_ssize_t pos, Py_ssize_t old_size, const char *header,
+                   Py_ssize_t size)
+{
+    Py_ssize_t shift = size - old_size;
+    if (shift > 0 && outbuf_reserve(w->out, shift) < 0) {
+        return -1;
+    }
+    char *start = w->out->start + pos; /* after the reserve: it may move the buffer */
+    if (shift != 0) {
+        memmove(start + size, start + old_size, (size_t)(outbuf_len(w->out) - pos - old_size));
+        w->out->pos += shift;
+        if (w->holes != NULL) {
+            for (Py_ssize_t i = w->holes->count - 1; i >= 0 && w->holes->items[i].offset > pos;
+                 i--) {
+                w->holes->items[i].offset += shift;
+            }
+        }
+    }
+    memcpy(start, header, (size_t)size);
+    return 0;
+}
+
+/* The attributes: key 9 and the array of triplets, unless every entry left
+ * for a field (or, lenient, was dropped).  The array header is written for
+ * every entry and rewritten once the moved tags are known. */
 static int
 v10_write_attributes(V10Writer *v10, PyObject *meta, PyObject *metrics, PyObject *meta_struct,
-                     Py_ssize_t count)
+                     Py_ssize_t entries, int *written_any)
 {
     SpanWriter *w = &v10->base;
-    Py_ssize_t header_pos, meta_written, metrics_written, struct_written;
-    v10->moved_skipped = 0;
-    if (mp_write_byte(w->out, V10_SPAN_ATTRIBUTES) < 0 ||
-        v10_attributes_begin(w, count, &header_pos) < 0 ||
-        write_dict_entries(w, meta, "meta", v10_write_meta_entry, 0, &meta_written) < 0 ||
+    Py_ssize_t key_pos = outbuf_len(w->out), meta_written, metrics_written, struct_written;
+    if (entries * 3 > MP_ITEM_LIMIT) {
+        return span_error(w, PyExc_ValueError, "meta", NULL, "too many attributes");
+    }
+    Py_ssize_t header_size = array_header_size(entries * 3);
+    if (outbuf_reserve(w->out, 1 + header_size) < 0) {
+        return -1;
+    }
+    mp_put_byte(w->out, V10_SPAN_ATTRIBUTES);
+    mp_put_array_header(w->out, (uint32_t)(entries * 3));
+    if (write_dict_entries(w, meta, "meta", v10_write_meta_entry, 0, &meta_written) < 0 ||
         write_dict_entries(w, metrics, "metrics", v10_write_metric_entry, 0, &metrics_written) <
             0 ||
         write_dict_entries(w, meta_struct, "meta_struct", v10_write_meta_struct_entry, 1,
                            &struct_written) < 0) {
         return -1;
     }
-    v10_attributes_end(w, header_pos,
-                       meta_written + metrics_written + struct_written - v10->moved_skipped);
-    return 0;
+    Py_ssize_t count = meta_written + metrics_written + struct_written - v10->moved_count;
+    *written_any = count > 0;
+    if (count == 0) {
+        outbuf_truncate(w->out, key_pos); /* nothing was written after the header */
+        return 0;
+    }
+    if (count == entries) {
+        return 0;
+    }
+    if (array_header_size(count * 3) == header_size) {
+        /* The usual case: the header keeps its size, rewritten in place. */
+        char *at = w->out->start + key_pos + 1;
+        OutBuf header = {at, at, at + header_size, NULL};
+        mp_put_array_header(&header, (uint32_t)(count * 3));
+        return 0;
+    }
+    char header[5];
+    OutBuf scratch = {header, header, header + sizeof header, NULL};
+    mp_put_array_header(&scratch, (uint32_t)(count * 3));
+    return v10_replace_header(w, key_pos + 1, header_size, header, outbuf_len(&scratch));
 }
 
 /* ---------------------------------------------------------------------------
@@ -709,25 +805,14 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     if (links_count < 0 || events_count < 0) {
         goto error;
     }
-    int first_span = w->span_index == 0;
-    if (dict_size(meta) > 0) {
-        v10_scan_meta(v10, meta, first_span);
-    }
-    if (first_span && dict_size(metrics) > 0) {
-        v10_scan_metrics(v10, metrics);
-    }
-    Py_ssize_t attributes = dict_size(meta) + dict_size(metrics) + dict_size(meta_struct) -
-                            v10->moved_meta - v10->moved_metrics;
+    /* The map header is written when the fields are known (the tags that
+     * become fields are found while the attributes are written): one byte
+     * now, a fixmap unless every field is present. */
+    Py_ssize_t header_pos = outbuf_len(w->out);
+    Py_ssize_t entries = dict_size(meta) + dict_size(metrics) + dict_size(meta_struct);
     int has_duration = duration_obj != NULL && duration_obj != Py_None;
-    int has = (service != NULL && service != Py_None) + (name != NULL && name != Py_None) +
-              (resource != NULL && resource != Py_None) +
-              (span_type != NULL && span_type != Py_None);
-    uint32_t fields =
-        2 /* span_id, start */ + (uint32_t)has + (parent_id != 0) + has_duration + error_flag +
-        (attributes > 0) + (links_count > 0) + (events_count > 0) +
-        (v10->moved_key[MOVED_ENV] != NULL) + (v10->moved_key[MOVED_VERSION] != NULL) +
-        (v10->moved_key[MOVED_COMPONENT] != NULL) + (v10->moved_key[MOVED_KIND] != NULL);
-    if (mp_write_map_header(w->out, fields) < 0 ||
+    int has_attributes = 0;
+    if (mp_write_byte(w->out, MP_FIXMAP) < 0 ||
         (service != NULL && service != Py_None &&
          v10_write_text_field(w, V10_SPAN_SERVICE, service, "service") < 0) ||
         (name != NULL && name != Py_None &&
@@ -751,9 +836,10 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     }
     if (error_flag) {
         mp_put_byte(w->out, V10_SPAN_ERROR);
-        mp_put_byte(w->out, 0xc3);
+        mp_put_byte(w->out, MP_TRUE);
     }
-    if ((attributes > 0) && v10_write_attributes(v10, meta, metrics, meta_struct, attributes) < 0) {
+    if (entries > 0 &&
+        v10_write_attributes(v10, meta, metrics, meta_struct, entries, &has_attributes) < 0) {
         goto error;
     }
     if (span_type != NULL && span_type != Py_None &&
@@ -768,22 +854,38 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
                                                 v.value[SF_EVENTS], "events") < 0) {
         goto error;
     }
-    if ((v10->moved_key[MOVED_ENV] != NULL &&
-         v10_write_text_field(w, V10_SPAN_ENV, v10->moved_value[MOVED_ENV], "meta") < 0) ||
-        (v10->moved_key[MOVED_VERSION] != NULL &&
-         v10_write_text_field(w, V10_SPAN_VERSION, v10->moved_value[MOVED_VERSION], "meta") < 0) ||
-        (v10->moved_key[MOVED_COMPONENT] != NULL &&
-         v10_write_text_field(w, V10_SPAN_COMPONENT, v10->moved_value[MOVED_COMPONENT], "meta") <
-             0)) {
+    PyObject *const *tag = v10->field_tag;
+    if ((tag[MOVED_ENV] != NULL &&
+         v10_write_text_field(w, V10_SPAN_ENV, tag[MOVED_ENV], "meta") < 0) ||
+        (tag[MOVED_VERSION] != NULL &&
+         v10_write_text_field(w, V10_SPAN_VERSION, tag[MOVED_VERSION], "meta") < 0) ||
+        (tag[MOVED_COMPONENT] != NULL &&
+         v10_write_text_field(w, V10_SPAN_COMPONENT, tag[MOVED_COMPONENT], "meta") < 0)) {
         goto error;
     }
     /* A span.kind tag: its OTel number (no tag: no kind, OTel's unspecified). */
-    if (v10->moved_key[MOVED_KIND] != NULL) {
+    if (v10->kind != 0) {
         if (outbuf_reserve(w->out, 2) < 0) {
             goto error;
         }
         mp_put_byte(w->out, V10_SPAN_KIND);
-        mp_put_uint(w->out, span_kind_number(v10->moved_value[MOVED_KIND]));
+        mp_put_uint(w->out, v10->kind);
+    }
+    int has = (service != NULL && service != Py_None) + (name != NULL && name != Py_None) +
+              (resource != NULL && resource != Py_None) +
+              (span_type != NULL && span_type != Py_None);
+    unsigned int fields =
+        2 /* span_id, start */ + (unsigned int)has + (parent_id != 0) + has_duration + error_flag +
+        has_attributes + (links_count > 0) + (events_count > 0) + (tag[MOVED_ENV] != NULL) +
+        (tag[MOVED_VERSION] != NULL) + (tag[MOVED_COMPONENT] != NULL) + (v10->kind != 0);
+    if (SP_LIKELY(fields < MP_FIXMAP_LIMIT)) {
+        w->out->start[header_pos] = (char)(MP_FIXMAP | fields);
+    }
+    else {
+        char header[3] = {(char)MP_MAP16, 0, (char)fields};
+        if (v10_replace_header(w, header_pos, 1, header, sizeof header) < 0) {
+            goto error;
+        }
     }
     result = 0;
 error:
@@ -863,5 +965,8 @@ error:
     *w = v10.base; /* counters and buffers the trace's writing updated */
     Py_XDECREF(v10.origin);
     v10_moved_release(&v10);
+    for (int tag = 0; tag < MOVED_PRIORITY; tag++) {
+        Py_XDECREF(v10.tag_key[tag]);
+    }
     return result;
 }

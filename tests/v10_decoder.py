@@ -9,7 +9,8 @@ decoders disagree, so that a payload it accepts is accepted by all of them:
   must be an id already taken; the same text twice as a str is an error
   (the agent's table would give it the old id, the test agent a new one);
 * trace ids are bin of exactly 16 bytes; ids, times and span kinds are
-  unsigned; doubles are float64 (0xcb), never float32; error is a bool;
+  unsigned; a double is a float64 (0xcb) or a float32 (0xca) that the agent
+  widens (msgp's ReadFloat64Bytes), never an int; error is a bool;
 * attributes are one array of (key, type, value) triplets whose length is a
   multiple of 3; an array value holds a type and a value per element;
 * the payload is exactly one msgpack object.
@@ -114,9 +115,13 @@ class _Reader:
             self.fail("expected a bool, got byte 0x%02x" % b)
         return b == 0xC3
 
-    def float64(self) -> float:
-        if self.peek() != 0xCB:
-            self.fail("expected a float64, got byte 0x%02x" % self.peek())
+    def double(self) -> float:
+        lead = self.peek()
+        if lead == 0xCA:
+            self.pos += 1
+            return struct.unpack(">f", self.take(4))[0]
+        if lead != 0xCB:
+            self.fail("expected a float64 or float32, got byte 0x%02x" % lead)
         self.pos += 1
         return struct.unpack(">d", self.take(8))[0]
 
@@ -157,7 +162,7 @@ class _Reader:
         if kind == 2:
             return kind, self.bool_()
         if kind == 3:
-            return kind, self.float64()
+            return kind, self.double()
         if kind == 4:
             return kind, self.int_()
         if kind == 5:

@@ -116,18 +116,36 @@ def test_parent_error_type():
 
 
 def test_attributes_triplets():
-    """meta -> (key, 1, str), metrics -> (key, 4, int64) or (key, 3, float64),
+    """meta -> (key, 1, str), metrics -> (key, 4, int64) or (key, 3, double),
     meta_struct -> (key, 5, bin of the msgpack document), in one array."""
-    span = good_span(meta={"k": "v"}, metrics={"i": 300, "f": 0.5}, meta_struct={"m": {"x": 1}})
+    span = good_span(meta={"k": "v"}, metrics={"i": 300, "f": 0.1}, meta_struct={"m": {"x": 1}})
     attributes = ("09 9c" + fs("k") + "01" + fs("v") + fs("i") + "04 cd012c"
-                  + fs("f") + "03 cb 3fe0000000000000" + fs("m") + "05 c404 81" + fs("x") + "01")
+                  + fs("f") + "03 cb 3fb999999999999a" + fs("m") + "05 c404 81" + fs("x") + "01")
     assert encode([[span]]) == chunk1(BASIC + attributes, 7)
 
 
+def test_double_is_float32_when_exact():
+    """A double that a float32 holds exactly is a float32 (ca, 4 bytes), which
+    the agent widens to the same double; any other is a float64 (cb)."""
+    metrics = {"a": 0.5, "b": -0.0, "c": 3.4028234663852886e38, "d": 0.1, "e": 1e39,
+               "f": float("inf")}
+    span = good_span(metrics=metrics)
+    attributes = ("09 dc0012" + fs("a") + "03 ca 3f000000" + fs("b") + "03 ca 80000000"
+                  + fs("c") + "03 ca 7f7fffff" + fs("d") + "03 cb 3fb999999999999a"
+                  + fs("e") + "03 cb 48078287f49c4a1d" + fs("f") + "03 cb 7ff0000000000000")
+    payload = encode([[span]])
+    assert payload == chunk1(BASIC + attributes, 7)
+    decoded = decode(payload)[11][0][4][0][9]
+    assert [(key, value) for key, _type, value in decoded] == list(metrics.items())
+    assert str(decoded[1][2]) == "-0.0"
+
+
 def test_large_metric_int_is_double():
-    """Ints in [2**63, 2**64) do not fit int64: a double."""
-    span = good_span(metrics={"u": 2**64 - 1})
-    assert encode([[span]]) == chunk1(BASIC + "09 93" + fs("u") + "03 cb 43f0000000000000", 7)
+    """Ints in [2**63, 2**64) do not fit int64: a double (here 2**64 and
+    2**63 + 2**11, float32 and float64)."""
+    span = good_span(metrics={"u": 2**64 - 1, "v": 2**63 + 2**11})
+    assert encode([[span]]) == chunk1(BASIC + "09 96" + fs("u") + "03 ca 5f800000"
+                                      + fs("v") + "03 cb 43e0000000000001", 7)
 
 
 @pytest.mark.parametrize("kind, number", [("server", 2), ("client", 3), ("producer", 4),
@@ -143,6 +161,44 @@ def test_env_version_component_fields():
     assert encode([[span]]) == chunk1(
         BASIC + "09 93" + fs("x") + "01" + fs("y") + "0d" + fs("e") + "0e" + fs("v") + "0f" + fs("c")
        , 10)
+
+
+def test_tag_moves_once_per_span():
+    """A str and a bytes key of the same text: the first moves, the other
+    stays an attribute (its key streamed as text)."""
+    span = good_span(meta={"env": "a", b"env": "b"})
+    assert encode([[span]]) == chunk1(BASIC + "09 93" + fs("env") + "01" + fs("b") + "0d" + fs("a"),
+                                      8)
+
+
+def test_attribute_header_shrinks_when_tags_move():
+    """Six meta entries (an array16 of 18 before the tags are known), four of
+    which move: a fixarray of 6.  Every entry point agrees (encode checks
+    put+encode, whose string holes move with the header)."""
+    meta = {"env": "e", "a": "1", "version": "v", "component": "c", "span.kind": "client",
+            "b": "2"}
+    span = good_span(meta=meta)
+    attributes = "09 96" + fs("a") + "01" + fs("1") + fs("b") + "01" + fs("2")
+    fields = "0d" + fs("e") + "0e" + fs("v") + "0f" + fs("c") + "10 03"
+    assert encode([[span]]) == chunk1(BASIC + attributes + fields, 11)
+
+
+def test_all_tags_moved_no_attributes():
+    """Every entry becomes a field: no attributes key at all."""
+    span = good_span(meta={"env": "e", "span.kind": "server"})
+    assert encode([[span]]) == chunk1(BASIC + "0d" + fs("e") + "10 02", 8)
+
+
+def test_sixteen_fields_map16():
+    """All sixteen span keys: the span is a map16 (de 0010)."""
+    span = good_span(parent_id=9, error=1, span_type="t",
+                     meta={"env": "e", "version": "v", "component": "c", "span.kind": "server",
+                           "x": "y"},
+                     links=[{"trace_id": 3, "span_id": 4}],
+                     events=[{"name": "n", "time_unix_nano": 9}])
+    payload = encode([[span]])
+    assert payload.startswith(H("81 0b 91 82 04 91 de0010 01", fs("s")))
+    assert sorted(decode(payload)[11][0][4][0]) == list(range(1, 17))
 
 
 def test_trace_id_128_and_tid_tag():
@@ -288,7 +344,7 @@ def test_tag_key_shared_by_meta_and_metrics():
     metrics' priority move, while the same str objects keying the other map
     remain attributes (the array header counts exactly what is written)."""
     env, priority = "env", "_sampling_priority_v1"      # one object each, in both maps
-    span = good_span(meta={env: "e", priority: "p"}, metrics={env: 0.5, priority: 2})
+    span = good_span(meta={env: "e", priority: "p"}, metrics={env: 0.1, priority: 2})
     attributes = ("09 96" + fs(priority) + "01" + fs("p")
-                  + fs(env) + "03 cb 3fe0000000000000")
+                  + fs(env) + "03 cb 3fb999999999999a")
     assert encode([[span]]) == chunk1(BASIC + attributes + "0d" + fs("e"), 8, "|01 02")
