@@ -41,6 +41,7 @@ from tests.integration.fault_server import FaultServer, refusing_url  # noqa: E4
 BIG = 256 << 20
 SHAPES = {"span_1": 0, "web_51": 50}
 PRODUCERS = [1, 4, 16]
+VERSIONS = ["v0.4", "v0.5", "v1.0"]
 TRACES_PER_ROUND = 320  # of 51 spans: 16,320 spans a round
 
 
@@ -111,7 +112,7 @@ if pytest is not None:
         yield agent
         agent.stop()
 
-    @pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+    @pytest.mark.parametrize("version", VERSIONS)
     @pytest.mark.parametrize("shape", list(SHAPES))
     @pytest.mark.parametrize("how", ["encode_trace", "put", "write"])
     def test_write_cost(benchmark, version, shape, how):
@@ -144,7 +145,7 @@ if pytest is not None:
         with FaultServer() as server:
             yield server
 
-    @pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+    @pytest.mark.parametrize("version", VERSIONS)
     @pytest.mark.parametrize("threads", PRODUCERS)
     @pytest.mark.parametrize("to", ["test_agent", "sink"])
     def test_throughput(benchmark, agent, sink, version, threads, to):
@@ -160,7 +161,7 @@ if pytest is not None:
         benchmark.extra_info["spans_per_s_written"] = max(f[0] for f in figures)
         benchmark.extra_info["spans_per_s_delivered"] = max(f[1] for f in figures)
 
-    @pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+    @pytest.mark.parametrize("version", VERSIONS)
     def test_throughput_encoder_alone(benchmark, version):
         benchmark.group = "throughput, encoder alone %s" % version
         traces = samples.as_slotted(samples.web_traces(TRACES_PER_ROUND))
@@ -171,29 +172,38 @@ if pytest is not None:
 # -- script mode ------------------------------------------------------------------
 
 
-def _best_per_call(fn, arg, before, number=200, repeat=40):
-    best = float("inf")
+def _best_per_call(cases, arg, number=200, repeat=40):
+    """Best time per call of each ``(fn, reset)`` case, the cases taking
+    turns round by round (a load burst costs each a round, not one case all
+    of its rounds).  ``reset`` empties what a round buffered, untimed, before
+    and after it: a case that left megabytes buffered would otherwise change
+    how the next case's buffer grows (fresh pages, page faults)."""
+    best = [float("inf")] * len(cases)
     for _ in range(repeat):
-        before()
-        started = time.perf_counter()
-        for _ in range(number):  # a plain loop: timeit would turn the GC off
-            fn(arg)
-        best = min(best, (time.perf_counter() - started) / number)
+        for i, (fn, reset) in enumerate(cases):
+            reset()
+            started = time.perf_counter()
+            for _ in range(number):  # a plain loop: timeit would turn the GC off
+                fn(arg)
+            best[i] = min(best[i], (time.perf_counter() - started) / number)
+            reset()
     return best
 
 
 def main():
-    print("write() cost per trace on the application thread (best of 40 rounds of 200 calls)")
+    print("write() cost per trace on the application thread (best of 40 interleaved rounds of 200 calls)")
     print("%-8s %-6s %14s %10s %10s %18s" % ("shape", "ver", "encode_trace", "put", "write", "write-encode_trace"))
-    for version in ("v0.4", "v0.5"):
+    for version in VERSIONS:
         for shape, children in SHAPES.items():
             trace = _trace(children)
             idle = IdleWriter(version)
             encoder = idle.writer._new_encoder(version)  # the writer's limits, its own buffer
             try:
-                encode = _best_per_call(encoder.encode_trace, trace, idle.empty)
-                put = _best_per_call(encoder.put, trace, encoder.encode)
-                write = _best_per_call(idle.writer.write, trace, idle.empty)
+                encode, put, write = _best_per_call(
+                    [(encoder.encode_trace, idle.empty), (encoder.put, encoder.encode),
+                     (idle.writer.write, idle.empty)],
+                    trace,
+                )
             finally:
                 idle.close()
             print(
@@ -209,7 +219,7 @@ def main():
         print("\nspans/s (%d traces of 51 spans; best of 3): written = producers done," % TRACES_PER_ROUND)
         print("delivered = flush() done, to the APM test agent and to tests/integration/fault_server.py as a sink")
         print("%-6s %-22s %12s %16s %16s" % ("ver", "producers", "written", "delivered agent", "delivered sink"))
-        for version in ("v0.4", "v0.5"):
+        for version in VERSIONS:
             encoder = spanpack.TraceMsgPackEncoder(version, max_size=BIG)
             alone = min(timeit.repeat(lambda: encoder.encode_traces(traces), number=1, repeat=5))
             print("%-6s %-22s %12.0f %16s %16s" % (version, "encode_traces alone", spans / alone, "-", "-"))
