@@ -19,7 +19,10 @@ events of odd shapes.  Checks:
   (dict, object, slotted object) gives the same bytes;
 * a failed put() leaves size, len() and dropped_tags as they were, and after
   any failure the encoder's next payload for a known-good trace equals that
-  of a fresh encoder.
+  of a fresh encoder;
+* for clean v1.0 inputs, the payload (strictly decoded) says what v0.4's
+  payload for the same traces says: span fields, tags and metrics (with the
+  tags v1.0 moves put back), meta_struct, trace id, chunk fields, span kind.
 
     python fuzz/fuzz_spans.py --random 0 --seconds 600 --seed 1
     python fuzz/fuzz_spans.py -max_total_time=1800 corpus_dir     # atheris
@@ -760,6 +763,8 @@ def scenario(data):
             if not builder.dirty:
                 stat("clean comparison")
                 compare_forms_and_entry_points(data, payload, version, fields, kwargs)
+                if version == "v1.0":
+                    compare_v10_with_v04(data, payload, fields, kwargs)
     elif mode == 2:
         parts = []
         for trace in list(traces):
@@ -901,6 +906,130 @@ def compare_forms_and_entry_points(data, payload, version, fields, kwargs):
     out = encoder.encode()
     if len(out) != 1 or out[0][0] != payload or out[0][1] != len(traces) or size != len(payload):
         raise AssertionError(f"put/encode differs from encode_traces: {out!r:.400} vs {payload!r:.400}")
+
+
+# ---------------------------------------------------------------------------
+# v1.0 against v0.4: the same clean traces must say the same things
+
+# Tags whose v1.0 place depends on the trace (compared apart, or not at all:
+# events and links are converted differently by each version).
+V10_UNCOMPARED_META = {"span.kind", "_dd.p.tid", "_dd.origin", "events", "_dd.span_links"}
+SPAN_KINDS = {"server": 2, "client": 3, "producer": 4, "consumer": 5}
+
+
+class _Duplicates:
+    """msgpack object_pairs_hook noting maps with a key twice (a str and a
+    bytes key of the same text: a decoded dict would lose one)."""
+
+    def __init__(self):
+        self.found = False
+
+    def __call__(self, pairs):
+        result = dict(pairs)
+        if len(result) != len(pairs):
+            self.found = True
+        return result
+
+
+def same_number(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        a, b = float(a), float(b)
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def compare_v10_with_v04(data, payload, fields, kwargs):
+    """Clean v1.0 inputs: the payload decoded by the strict decoder says what
+    v0.4's payload for the same traces says (span fields, tags, metrics,
+    meta_struct, trace id, chunk origin, priority, mechanism, span kind)."""
+    plain = {k: v for k, v in kwargs.items() if k in ("lenient", "intern", "native_span_events")}
+    _, _, _, _, traces, _ = build(data[1:], FORMS_CLEAN, "dict")
+    try:
+        v04 = new_encoder("v0.4", fields, plain).encode_traces(traces)
+    except Exception:  # noqa: BLE001 - v0.4 refuses some inputs v1.0 takes
+        stat("v1.0/v0.4 comparison skipped")
+        return
+    duplicates = _Duplicates()
+    traces04 = msgpack.unpackb(v04, strict_map_key=False, raw=False,
+                               object_pairs_hook=duplicates)
+    if duplicates.found:
+        stat("v1.0/v0.4 comparison skipped")
+        return
+    chunks = v10_decode(payload).get(11, [])
+    if len(chunks) != len(traces04):
+        raise AssertionError(f"v1.0 has {len(chunks)} chunks, v0.4 {len(traces04)} traces")
+    stat("v1.0/v0.4 comparison")
+    for chunk, trace04 in zip(chunks, traces04):
+        spans = chunk[4]
+        if len(spans) != len(trace04):
+            raise AssertionError(f"v1.0 chunk of {len(spans)} spans, v0.4 {len(trace04)}")
+        for index, (span, span04) in enumerate(zip(spans, trace04)):
+            compare_v10_span(chunk, index, span, span04)
+
+
+def compare_v10_span(chunk, index, span, span04):
+    def differ(what, mine, theirs):
+        raise AssertionError(f"v1.0 span {index} {what}: {mine!r:.200} but v0.4 "
+                             f"{theirs!r:.200}\nv1.0 chunk {chunk!r:.600}\nv0.4 span "
+                             f"{span04!r:.600}")
+
+    for key, name in ((1, "service"), (2, "name"), (3, "resource"), (10, "type")):
+        if span.get(key, "") != (span04.get(name) or ""):
+            differ(name, span.get(key), span04.get(name))
+    for key, name in ((4, "span_id"), (5, "parent_id"), (6, "start"), (7, "duration")):
+        if span.get(key, 0) != (span04.get(name) or 0):
+            differ(name, span.get(key), span04.get(name))
+    if span.get(8, False) != bool(span04.get("error", 0)):
+        differ("error", span.get(8), span04.get("error"))
+    meta04 = dict(span04.get("meta", {}))
+    metrics04 = dict(span04.get("metrics", {}))
+    struct04 = dict(span04.get("meta_struct", {}))
+    if index == 0:
+        if 6 in chunk:
+            trace_id = int.from_bytes(chunk[6], "big")
+            if trace_id & (2**64 - 1) != span04["trace_id"]:
+                differ("trace id low half", chunk[6].hex(), span04["trace_id"])
+            high = trace_id >> 64
+            tid = meta04.get("_dd.p.tid")
+            if high and tid is not None and len(tid) == 16 and int(tid, 16) != high:
+                differ("trace id high half", chunk[6].hex(), tid)
+        if 2 in chunk and meta04.get("_dd.origin") != chunk[2]:
+            differ("origin", chunk[2], meta04.get("_dd.origin"))
+        if 7 in chunk:
+            dm = meta04.pop("_dd.p.dm", None)
+            if dm is None or int(dm[1:]) != chunk[7]:
+                differ("mechanism", chunk[7], dm)
+        if 1 in chunk:
+            priority = metrics04.pop("_sampling_priority_v1", None)
+            if priority != chunk[1] or not isinstance(priority, int):
+                differ("priority", chunk[1], priority)
+    kind = meta04.get("span.kind")
+    if isinstance(kind, str) and span.get(16) != SPAN_KINDS.get(kind, 1):
+        differ("kind", span.get(16), kind)
+    if kind is None and 16 in span:
+        differ("kind", span.get(16), kind)
+    meta, metrics, struct = {}, {}, {}
+    attributes = span.get(9, [])
+    if len({key for key, _, _ in attributes}) != len(attributes):
+        stat("v1.0/v0.4 span with a key twice (meta and metrics)")
+        return
+    for key, kind_, value in attributes:
+        {1: meta, 3: metrics, 4: metrics, 5: struct}[kind_][key] = value
+    for key, name in ((13, "env"), (14, "version"), (15, "component")):
+        if key in span:
+            if name in meta:
+                differ(f"{name} both a field and an attribute", span[key], meta[name])
+            meta[name] = span[key]
+    for name in V10_UNCOMPARED_META:
+        meta.pop(name, None)
+        meta04.pop(name, None)
+    if meta != meta04:
+        differ("meta", meta, meta04)
+    if set(metrics) != set(metrics04) or not all(
+            same_number(metrics[k], metrics04[k]) for k in metrics):
+        differ("metrics", metrics, metrics04)
+    if struct != struct04:
+        differ("meta_struct", struct, struct04)
 
 
 def has_nan(payload):
