@@ -686,6 +686,38 @@ def payload_fields(inp):
     return out
 
 
+def check_v10_payload_fields(payload, kwargs):
+    """Keys 2-10 of a v1.0 payload say what the encoder was given (or the
+    defaults), cut at 25,000 characters like every string."""
+    import platform
+
+    data = v10_decode(payload)
+    keys = [2, 3, 4, 5, 6, 7, 8, 9]
+    names = ["container_id", "language_name", "language_version", "tracer_version",
+             "runtime_id", "env", "hostname", "app_version"]
+    defaults = {"language_name": "python", "language_version": platform.python_version(),
+                "tracer_version": f"spanpack-{spanpack.__version__}"}
+    for key, name in zip(keys, names):
+        value = kwargs.get(name)
+        if value is None:
+            value = defaults.get(name, "")
+        expected = value[:2486] + "<truncated>..." if len(value) > 25000 else str(value)
+        if data.get(key, "") != expected:
+            raise PayloadError(f"v1.0 payload key {key} ({name}) is {data.get(key)!r:.100}, "
+                               f"given {value!r:.100}")
+    attributes = kwargs.get("payload_attributes") or {}
+    expected = []
+    for key, value in attributes.items():
+        kind = (1 if isinstance(value, str) else 2 if isinstance(value, bool)
+                else 4 if isinstance(value, int) else 3)
+        expected.append((key, kind, value))
+    got = data.get(10, [])
+    if len(got) != len(expected) or not all(
+            a[:2] == b[:2] and (a[2] == b[2] or same_number(a[2], b[2]) if b[1] == 3 else
+                                a[2] == b[2]) for a, b in zip(got, expected)):
+        raise PayloadError(f"v1.0 payload attributes {got!r:.300}, given {expected!r:.300}")
+
+
 # Options a second encoder must share to join the same parts into the same bytes.
 PAYLOAD_OPTIONS = set(PAYLOAD_TEXT_FIELDS) | {"payload_attributes"}
 
@@ -760,6 +792,8 @@ def scenario(data):
         else:
             stat("encode_traces ok")
             check_payload(payload, version, None if builder.dirty else len(traces))
+            if version == "v1.0":
+                check_v10_payload_fields(payload, kwargs)
             if not builder.dirty:
                 stat("clean comparison")
                 compare_forms_and_entry_points(data, payload, version, fields, kwargs)
