@@ -1,7 +1,8 @@
 """Fuzz harness for spanpack.TraceMsgPackEncoder.
 
-Each input becomes an encoder configuration (v0.4 / v0.5, field mapping,
-lenient, intern, native span events, size limits), a list of traces and an
+Each input becomes an encoder configuration (v0.4 / v0.5 / v1.0, field
+mapping, lenient, intern, native span events, size limits, v1.0 payload
+fields), a list of traces and an
 entry point (encode_traces, put + encode, encode_trace + join_encoded, or put
 while another thread mutates the traces).  Spans are dicts, plain objects,
 slotted objects, objects whose properties raise or mutate the trace / meta /
@@ -13,11 +14,15 @@ events of odd shapes.  Checks:
 * no crash (run under ASan/UBSan);
 * every payload decodes with msgpack.unpackb(strict_map_key=False) (strings
   as UTF-8) into the right shape for its version, with the right trace count;
+  a v1.0 payload also passes the strict decoder tests/v10_decoder.py;
 * for inputs without side effects, every entry point and every span form
   (dict, object, slotted object) gives the same bytes;
 * a failed put() leaves size, len() and dropped_tags as they were, and after
   any failure the encoder's next payload for a known-good trace equals that
-  of a fresh encoder.
+  of a fresh encoder;
+* for clean v1.0 inputs, the payload (strictly decoded) says what v0.4's
+  payload for the same traces says: span fields, tags and metrics (with the
+  tags v1.0 moves put back), meta_struct, trace id, chunk fields, span kind.
 
     python fuzz/fuzz_spans.py --random 0 --seconds 600 --seed 1
     python fuzz/fuzz_spans.py -max_total_time=1800 corpus_dir     # atheris
@@ -38,15 +43,28 @@ import msgpack
 
 import spanpack
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 from fuzz_packer import Input, run_main, run_random  # noqa: E402  (shared by both harnesses)
+
+# The strict v1.0 decoder lives in tests/; the repository root is found from
+# this file's location, like fuzz_packer above.
+_ROOT = os.path.dirname(HERE)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+from tests.v10_decoder import DecodeError as V10DecodeError  # noqa: E402
+from tests.v10_decoder import decode as v10_decode  # noqa: E402
 
 # See fuzz_packer.py: constructs behind fixed bugs, on unless FUZZ_INCLUDE_KNOWN=0.
 INCLUDE_KNOWN = os.environ.get("FUZZ_INCLUDE_KNOWN", "1") != "0"
 STATS: dict = {}
 
 
+CURRENT = {"version": ""}  # the scenario's version, for per-version counts
+
+
 def stat(name):
+    name = f"{CURRENT['version']} {name}"
     STATS[name] = STATS.get(name, 0) + 1
 
 FIELDS = ["trace_id", "span_id", "parent_id", "service", "name", "resource", "span_type",
@@ -61,7 +79,29 @@ IDS = [0, 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -1, 2**127, 2**128 - 1, 
 TEXTS = ["", "svc", "web", "é€", "\U0001f600", "\ud800", "a\udfffb", "\x00", "x" * 40,
          "y" * 25001, "é" * 25001]
 BAD_BYTES = [b"ok", b"\xff", b"\xc3", b"caf\xc3\xa9", bytes(range(256))[:40],
-             b"\xe2\x82" + b"a" * 25000, "é".encode() * 13000]
+             b"\xe2\x82" + b"a" * 25000, "é".encode() * 13000,
+             # the text of good strings: v1.0 streams equal text once, whatever its type
+             b"svc0", b"op1", "é0".encode(), b""]
+VERSIONS = ["v0.4", "v0.5", "v1.0"]
+# Tags and metrics that v1.0 moves out of the attributes (span keys 13-16, the
+# chunk's trace id high half, origin, priority and mechanism), with values
+# that do and do not qualify.
+SPECIAL_META = {
+    "env": ["prod", "", "svc0"],
+    "version": ["1.2", "é"],
+    "component": ["flask", "op1"],
+    "span.kind": ["server", "client", "producer", "consumer", "internal", "SERVER", ""],
+    "_dd.p.tid": ["%016x" % 5, "0000000000000000", "ffffffffffffffff", "%016X" % 0xABC,
+                  "abc", "x" * 16, "%017x" % 5, ""],
+    "_dd.p.dm": ["-4", "-0", "-1", "-4294967295", "-4294967296", "4", "-", "--1", "-01", ""],
+    "_dd.origin": ["synthetics", "", "rum"],
+    "_dd.p.other": ["v"],
+}
+SPECIAL_METRICS = {
+    "_sampling_priority_v1": [1, 0, -1, 2, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 1.0, 2.5,
+                              True, 2**64 - 1],
+    "_dd.measured": [1, 1.5],
+}
 
 
 class StrSub(str):
@@ -196,6 +236,20 @@ class SpanBuilder:
         inp = self.inp
         result = {}
         for _ in range(size):
+            if kind != "meta_struct" and inp.below(4) == 0:
+                # a tag v1.0 treats specially; sometimes as bytes / a str subclass
+                special = SPECIAL_META if kind == "meta" else SPECIAL_METRICS
+                key = inp.pick(sorted(special))
+                value = inp.pick(special[key])
+                shape = inp.below(8)
+                if shape == 0:
+                    key = key.encode()
+                elif shape == 1:
+                    key = StrSub(key)
+                elif shape == 2 and kind == "meta":
+                    value = value.encode()
+                result[key] = value
+                continue
             good = inp.below(6) != 0
             key = self.text(good) if good or inp.flag() else inp.pick([1, None, (1,), b"k"])
             if kind == "meta":
@@ -381,7 +435,7 @@ class SpanBuilder:
             except Exception:  # noqa: BLE001
                 pass
         elif kind == 8 and INCLUDE_KNOWN and self.encoder is not None:
-            self.encoder.__init__(inp.pick(["v0.4", "v0.5"]), intern=inp.flag())  # bug 1
+            self.encoder.__init__(inp.pick(VERSIONS), intern=inp.flag())  # bug 1
         elif kind == 9 and INCLUDE_KNOWN:
             del self.traces[:]  # bug 2 (encode_traces)
         elif kind == 10:
@@ -488,6 +542,11 @@ class PayloadError(AssertionError):
 def check_payload(payload, version, expected_traces=None):
     if not isinstance(payload, bytes):
         raise PayloadError(f"payload is {type(payload)}")
+    if version == "v1.0":
+        traces = check_v10_payload(payload)
+        if expected_traces is not None and len(traces) != expected_traces:
+            raise PayloadError(f"{len(traces)} traces, expected {expected_traces}")
+        return traces
     try:
         data = msgpack.unpackb(payload, strict_map_key=False, raw=False)
     except Exception as error:  # noqa: BLE001
@@ -511,6 +570,30 @@ def check_payload(payload, version, expected_traces=None):
     if expected_traces is not None and len(traces) != expected_traces:
         raise PayloadError(f"{len(traces)} traces, expected {expected_traces}")
     return traces
+
+
+def check_v10_payload(payload):
+    """The strict decoder accepts it (which implies msgpack-python does too);
+    returns the chunks."""
+    try:
+        data = v10_decode(payload)
+    except V10DecodeError as error:
+        raise PayloadError(f"v1.0 payload refused by the strict decoder: {error}: "
+                           f"{payload[:300]!r}") from error
+    try:
+        msgpack.unpackb(payload, strict_map_key=False, raw=False)
+    except Exception as error:  # noqa: BLE001
+        raise PayloadError(f"v1.0 payload does not decode: {error!r}") from error
+    chunks = data.get(11, [])
+    for chunk in chunks:
+        # (an empty trace is a chunk of no spans and no trace id: there is
+        # no first span to take it from)
+        if 4 not in chunk or (chunk[4] and 6 not in chunk):
+            raise PayloadError(f"v1.0 chunk lacks its trace id or spans: {chunk!r:.300}")
+        for span in chunk[4]:
+            if 4 not in span or 6 not in span:
+                raise PayloadError(f"v1.0 span lacks its id or start: {span!r:.300}")
+    return chunks
 
 
 def check_v04_span(span):
@@ -562,7 +645,7 @@ def same_payload_bytes(a, b):
 
 def make_config(inp):
     inp.mode = inp.below(5)  # entry point, drawn first so short inputs reach every mode
-    version = inp.pick(["v0.4", "v0.5"])
+    version = inp.pick(VERSIONS)
     mapping = inp.below(4) == 0
     kwargs = {
         "lenient": inp.flag(),
@@ -576,7 +659,67 @@ def make_config(inp):
     if inp.below(3) == 0:
         kwargs["max_payload_size"] = inp.pick([40, 200, 600, 5000])
     fields = {"meta": "tags", "origin": "ctx.origin"} if mapping else inp.pick([None, None, None])
+    if version == "v1.0" and inp.below(3) == 0:
+        kwargs.update(payload_fields(inp))
     return version, fields, mapping, kwargs
+
+
+PAYLOAD_TEXT_FIELDS = ["language_name", "language_version", "tracer_version", "runtime_id",
+                       "env", "hostname", "app_version", "container_id"]
+
+
+def payload_fields(inp):
+    """v1.0 payload fields (keys 2-10): texts shared with span strings, empty,
+    long, invalid; attributes of every accepted type and some refused ones."""
+    out = {}
+    for _ in range(inp.below(4) + 1):
+        name = inp.pick(PAYLOAD_TEXT_FIELDS)
+        out[name] = inp.pick(["svc0", "op1", "", "python", "é", "prod", "x" * 25001,
+                              "\ud800", StrSub("web1"), 5])
+    if inp.flag():
+        attributes = {}
+        for _ in range(inp.below(3) + 1):
+            key = inp.pick(["k", "svc0", "env", "", "é"])
+            attributes[key] = inp.pick(["v", "svc0", True, False, 0, -1, 2**63 - 1, 2**63,
+                                        1.5, 1.0, float("nan"), None, b"x"])
+        out["payload_attributes"] = attributes
+    return out
+
+
+def check_v10_payload_fields(payload, kwargs):
+    """Keys 2-10 of a v1.0 payload say what the encoder was given (or the
+    defaults), cut at 25,000 characters like every string."""
+    import platform
+
+    data = v10_decode(payload)
+    keys = [2, 3, 4, 5, 6, 7, 8, 9]
+    names = ["container_id", "language_name", "language_version", "tracer_version",
+             "runtime_id", "env", "hostname", "app_version"]
+    defaults = {"language_name": "python", "language_version": platform.python_version(),
+                "tracer_version": f"spanpack-{spanpack.__version__}"}
+    for key, name in zip(keys, names):
+        value = kwargs.get(name)
+        if value is None:
+            value = defaults.get(name, "")
+        expected = value[:2486] + "<truncated>..." if len(value) > 25000 else str(value)
+        if data.get(key, "") != expected:
+            raise PayloadError(f"v1.0 payload key {key} ({name}) is {data.get(key)!r:.100}, "
+                               f"given {value!r:.100}")
+    attributes = kwargs.get("payload_attributes") or {}
+    expected = []
+    for key, value in attributes.items():
+        kind = (1 if isinstance(value, str) else 2 if isinstance(value, bool)
+                else 4 if isinstance(value, int) else 3)
+        expected.append((key, kind, value))
+    got = data.get(10, [])
+    if len(got) != len(expected) or not all(
+            a[:2] == b[:2] and (a[2] == b[2] or same_number(a[2], b[2]) if b[1] == 3 else
+                                a[2] == b[2]) for a, b in zip(got, expected)):
+        raise PayloadError(f"v1.0 payload attributes {got!r:.300}, given {expected!r:.300}")
+
+
+# Options a second encoder must share to join the same parts into the same bytes.
+PAYLOAD_OPTIONS = set(PAYLOAD_TEXT_FIELDS) | {"payload_attributes"}
 
 
 def new_encoder(version, fields, kwargs):
@@ -635,6 +778,7 @@ def scenario(data):
     except (ValueError, TypeError):
         return
     builder.encoder = encoder
+    CURRENT["version"] = version
     failed = False
 
     if mode in (0, 1):
@@ -648,9 +792,13 @@ def scenario(data):
         else:
             stat("encode_traces ok")
             check_payload(payload, version, None if builder.dirty else len(traces))
+            if version == "v1.0":
+                check_v10_payload_fields(payload, kwargs)
             if not builder.dirty:
                 stat("clean comparison")
                 compare_forms_and_entry_points(data, payload, version, fields, kwargs)
+                if version == "v1.0":
+                    compare_v10_with_v04(data, payload, fields, kwargs)
     elif mode == 2:
         parts = []
         for trace in list(traces):
@@ -668,7 +816,8 @@ def scenario(data):
             raise
         check_payload(payload, version, None if builder.dirty else len(parts))
         # Parts joined twice, or in another encoder of the same version.
-        other = new_encoder(version, None, {})
+        other = new_encoder(version, None,
+                            {k: v for k, v in kwargs.items() if k in PAYLOAD_OPTIONS})
         if other.join_encoded(parts) != payload:
             raise AssertionError("join_encoded differs between encoders")
     else:
@@ -781,7 +930,8 @@ def compare_forms_and_entry_points(data, payload, version, fields, kwargs):
             raise AssertionError(f"join_encoded differs from encode_traces ({form}):\n"
                                  f"{joined!r:.400}\n{payload!r:.400}")
     # The buffered path, when nothing limits it: one payload with every trace.
-    plain = {k: v for k, v in kwargs.items() if k in ("lenient", "intern", "native_span_events")}
+    plain = {k: v for k, v in kwargs.items()
+             if k in ("lenient", "intern", "native_span_events") or k in PAYLOAD_OPTIONS}
     encoder = new_encoder(version, fields, plain)
     _, _, _, builder, traces, _ = build(data[1:], FORMS_CLEAN, "dict")
     for trace in traces:
@@ -790,6 +940,130 @@ def compare_forms_and_entry_points(data, payload, version, fields, kwargs):
     out = encoder.encode()
     if len(out) != 1 or out[0][0] != payload or out[0][1] != len(traces) or size != len(payload):
         raise AssertionError(f"put/encode differs from encode_traces: {out!r:.400} vs {payload!r:.400}")
+
+
+# ---------------------------------------------------------------------------
+# v1.0 against v0.4: the same clean traces must say the same things
+
+# Tags whose v1.0 place depends on the trace (compared apart, or not at all:
+# events and links are converted differently by each version).
+V10_UNCOMPARED_META = {"span.kind", "_dd.p.tid", "_dd.origin", "events", "_dd.span_links"}
+SPAN_KINDS = {"server": 2, "client": 3, "producer": 4, "consumer": 5}
+
+
+class _Duplicates:
+    """msgpack object_pairs_hook noting maps with a key twice (a str and a
+    bytes key of the same text: a decoded dict would lose one)."""
+
+    def __init__(self):
+        self.found = False
+
+    def __call__(self, pairs):
+        result = dict(pairs)
+        if len(result) != len(pairs):
+            self.found = True
+        return result
+
+
+def same_number(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        a, b = float(a), float(b)
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def compare_v10_with_v04(data, payload, fields, kwargs):
+    """Clean v1.0 inputs: the payload decoded by the strict decoder says what
+    v0.4's payload for the same traces says (span fields, tags, metrics,
+    meta_struct, trace id, chunk origin, priority, mechanism, span kind)."""
+    plain = {k: v for k, v in kwargs.items() if k in ("lenient", "intern", "native_span_events")}
+    _, _, _, _, traces, _ = build(data[1:], FORMS_CLEAN, "dict")
+    try:
+        v04 = new_encoder("v0.4", fields, plain).encode_traces(traces)
+    except Exception:  # noqa: BLE001 - v0.4 refuses some inputs v1.0 takes
+        stat("v1.0/v0.4 comparison skipped")
+        return
+    duplicates = _Duplicates()
+    traces04 = msgpack.unpackb(v04, strict_map_key=False, raw=False,
+                               object_pairs_hook=duplicates)
+    if duplicates.found:
+        stat("v1.0/v0.4 comparison skipped")
+        return
+    chunks = v10_decode(payload).get(11, [])
+    if len(chunks) != len(traces04):
+        raise AssertionError(f"v1.0 has {len(chunks)} chunks, v0.4 {len(traces04)} traces")
+    stat("v1.0/v0.4 comparison")
+    for chunk, trace04 in zip(chunks, traces04):
+        spans = chunk[4]
+        if len(spans) != len(trace04):
+            raise AssertionError(f"v1.0 chunk of {len(spans)} spans, v0.4 {len(trace04)}")
+        for index, (span, span04) in enumerate(zip(spans, trace04)):
+            compare_v10_span(chunk, index, span, span04)
+
+
+def compare_v10_span(chunk, index, span, span04):
+    def differ(what, mine, theirs):
+        raise AssertionError(f"v1.0 span {index} {what}: {mine!r:.200} but v0.4 "
+                             f"{theirs!r:.200}\nv1.0 chunk {chunk!r:.600}\nv0.4 span "
+                             f"{span04!r:.600}")
+
+    for key, name in ((1, "service"), (2, "name"), (3, "resource"), (10, "type")):
+        if span.get(key, "") != (span04.get(name) or ""):
+            differ(name, span.get(key), span04.get(name))
+    for key, name in ((4, "span_id"), (5, "parent_id"), (6, "start"), (7, "duration")):
+        if span.get(key, 0) != (span04.get(name) or 0):
+            differ(name, span.get(key), span04.get(name))
+    if span.get(8, False) != bool(span04.get("error", 0)):
+        differ("error", span.get(8), span04.get("error"))
+    meta04 = dict(span04.get("meta", {}))
+    metrics04 = dict(span04.get("metrics", {}))
+    struct04 = dict(span04.get("meta_struct", {}))
+    if index == 0:
+        if 6 in chunk:
+            trace_id = int.from_bytes(chunk[6], "big")
+            if trace_id & (2**64 - 1) != span04["trace_id"]:
+                differ("trace id low half", chunk[6].hex(), span04["trace_id"])
+            high = trace_id >> 64
+            tid = meta04.get("_dd.p.tid")
+            if high and tid is not None and len(tid) == 16 and int(tid, 16) != high:
+                differ("trace id high half", chunk[6].hex(), tid)
+        if 2 in chunk and meta04.get("_dd.origin") != chunk[2]:
+            differ("origin", chunk[2], meta04.get("_dd.origin"))
+        if 7 in chunk:
+            dm = meta04.pop("_dd.p.dm", None)
+            if dm is None or int(dm[1:]) != chunk[7]:
+                differ("mechanism", chunk[7], dm)
+        if 1 in chunk:
+            priority = metrics04.pop("_sampling_priority_v1", None)
+            if priority != chunk[1] or not isinstance(priority, int):
+                differ("priority", chunk[1], priority)
+    kind = meta04.get("span.kind")
+    if isinstance(kind, str) and span.get(16) != SPAN_KINDS.get(kind, 1):
+        differ("kind", span.get(16), kind)
+    if kind is None and 16 in span:
+        differ("kind", span.get(16), kind)
+    meta, metrics, struct = {}, {}, {}
+    attributes = span.get(9, [])
+    if len({key for key, _, _ in attributes}) != len(attributes):
+        stat("v1.0/v0.4 span with a key twice (meta and metrics)")
+        return
+    for key, kind_, value in attributes:
+        {1: meta, 3: metrics, 4: metrics, 5: struct}[kind_][key] = value
+    for key, name in ((13, "env"), (14, "version"), (15, "component")):
+        if key in span:
+            if name in meta:
+                differ(f"{name} both a field and an attribute", span[key], meta[name])
+            meta[name] = span[key]
+    for name in V10_UNCOMPARED_META:
+        meta.pop(name, None)
+        meta04.pop(name, None)
+    if meta != meta04:
+        differ("meta", meta, meta04)
+    if set(metrics) != set(metrics04) or not all(
+            same_number(metrics[k], metrics04[k]) for k in metrics):
+        differ("metrics", metrics, metrics04)
+    if struct != struct04:
+        differ("meta_struct", struct, struct04)
 
 
 def has_nan(payload):
