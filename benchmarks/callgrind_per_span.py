@@ -164,12 +164,13 @@ def ddtrace_runs():
 
 
 def read_totals(path):
-    """The instruction count (first event) of one callgrind dump file."""
+    """The instruction count (first event) of one callgrind dump file (the
+    other callgrind scripts use it too)."""
     with open(path) as f:
         for line in f:
-            if line.startswith("totals:") or line.startswith("summary:"):
+            if line.startswith(("totals:", "summary:")):
                 return int(line.split()[1])
-    return 0
+    raise ValueError("no totals in %s" % path)
 
 
 def dump_index(path):

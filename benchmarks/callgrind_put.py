@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 
+from callgrind_per_span import read_totals  # the script's folder is on sys.path
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CALLS = 4
@@ -70,14 +72,6 @@ def driver(spec_path):
             encoder.encode()
     with open(spec["plan"], "w") as f:
         json.dump(plan, f)
-
-
-def dump_total(path):
-    with open(path) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise ValueError("no totals in %s" % path)
 
 
 def main():
@@ -129,7 +123,7 @@ def main():
             return 1
         for (shape, version, spans, call), path in zip(plan, dumps):
             entry = results.setdefault((shape, version, method), ([], [], []))
-            entry[0 if call == 0 else 1].append(dump_total(path))
+            entry[0 if call == 0 else 1].append(read_totals(path))
             entry[2].append(spans)
     rows = [["shape", "ver", "spans/trace", "put first", "put steady", "encode_trace steady",
              "put - encode_trace", "put/span", "encode_trace/span"]]

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 
+from callgrind_per_span import read_totals  # the script's folder is on sys.path
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CALLS = 3
 
@@ -43,14 +45,6 @@ def driver(order_path, names):
                 order.append((name, version, len(trace[0])))
     with open(order_path, "w") as f:
         json.dump(order, f)
-
-
-def dump_total(path):
-    with open(path) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise ValueError("no totals in %s" % path)
 
 
 def main():
@@ -82,7 +76,7 @@ def main():
             raise SystemExit("expected %d dumps, found %d" % (len(order), len(dumps)))
         results = {}
         for (name, version, spans), path in zip(order, dumps):
-            results[(name, version)] = dump_total(path) / spans  # the last call wins
+            results[(name, version)] = read_totals(path) / spans  # the last call wins
     print("instructions per span (encode_traces, warm, callgrind)")
     print("%-24s %10s %10s" % ("shape", "v0.4", "v0.5"))
     for name in names:
