@@ -23,6 +23,10 @@ v0.5 payloads
   spanpack on slotted objects (reference), dicts and ddtrace Spans,
   ddtrace's MsgpackEncoderV05 put+encode, and the floor.  v0.5 payloads are
   compared after resolving the string table, so the table order may differ.
+v1.0 payloads
+  spanpack on slotted objects (reference), dicts and ddtrace Spans, put+encode
+  on ddtrace Spans, and the floor (no other Python encoder writes v1.0).  The
+  "payload bytes" column compares sizes across the three versions.
 
 Ratios are "contender time / spanpack time" on the same shape and version
 (above 1: spanpack is faster).
@@ -309,11 +313,21 @@ CONTENDERS: List[Contender] = [
     Contender("ddtrace-put", "ddtrace MsgpackEncoderV05 put+encode", "v0.5", "ddtrace",
               ("ddtrace",), _dd_put_encode("v0.5")),
     Contender("floor", "floor: bytes(bytearray(payload))", "v0.5", "floor", (), _floor("v0.5")),
+    Contender("spanpack-slotted", "spanpack encode_traces (slotted objects)", "v1.0", "spanpack",
+              (), _sp_encode_traces("v1.0", "slotted")),
+    Contender("spanpack-dicts", "spanpack encode_traces (dicts)", "v1.0", "spanpack",
+              (), _sp_encode_traces("v1.0", "dicts")),
+    Contender("spanpack-ddtrace", "spanpack encode_traces (ddtrace spans)", "v1.0", "spanpack",
+              ("ddtrace",), _sp_encode_traces("v1.0", "ddtrace")),
+    Contender("spanpack-ddtrace-put", "spanpack put+encode (ddtrace spans)", "v1.0", "spanpack",
+              ("ddtrace",), _sp_put_encode("v1.0")),
+    Contender("floor", "floor: bytes(bytearray(payload))", "v1.0", "floor", (), _floor("v1.0")),
 ]
+VERSIONS = ("v0.4", "v0.5", "v1.0")
 REFERENCE_KEY = "spanpack-slotted"
 
 
-def contenders(versions: Sequence[str] = ("v0.4", "v0.5")) -> List[Contender]:
+def contenders(versions: Sequence[str] = VERSIONS) -> List[Contender]:
     return [c for c in CONTENDERS if c.version in versions]
 
 
@@ -332,7 +346,9 @@ def available(module: str) -> bool:
 
 
 def decode(payload: bytes, version: str) -> Any:
-    """The payload's data (v0.5: the string table resolved into a v0.4-like shape)."""
+    """The payload's data (v0.5: the string table resolved into a v0.4-like shape;
+    v1.0 as msgpack decodes it, strings streamed in order, so two v1.0 payloads
+    hold the same data here only when they stream the same strings alike)."""
     import msgpack
 
     data = msgpack.unpackb(payload, strict_map_key=False)
@@ -492,7 +508,7 @@ class Result:
 def run(
     shapes: Sequence[str],
     quick: bool = False,
-    versions: Sequence[str] = ("v0.4", "v0.5"),
+    versions: Sequence[str] = VERSIONS,
     progress: Callable[[str], None] = lambda msg: None,
     budget: Optional[Budget] = None,
 ) -> Tuple[List[Result], List[str]]:
@@ -700,7 +716,7 @@ def chart(results: List[Result], path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    versions = [v for v in ("v0.4", "v0.5") if any(r.version == v for r in results)]
+    versions = [v for v in VERSIONS if any(r.version == v for r in results)]
     shapes = list(dict.fromkeys(r.shape for r in results))
     fig, axes = plt.subplots(len(versions), 1, squeeze=False,
                              figsize=(max(12, 1.6 * len(shapes)), 7 * len(versions)))
@@ -784,7 +800,7 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     parser.add_argument("--shapes", nargs="+", metavar="SHAPE", choices=samples.shape_names(),
                         default=None, help="shapes to run (default: all): %s"
                         % ", ".join(samples.shape_names()))
-    parser.add_argument("--versions", nargs="+", choices=["v0.4", "v0.5"], default=["v0.4", "v0.5"])
+    parser.add_argument("--versions", nargs="+", choices=list(VERSIONS), default=list(VERSIONS))
     parser.add_argument("--list", action="store_true", help="list shapes and contenders, then exit")
     parser.add_argument("--no-user-classes", action="store_true",
                         help="skip the table of span classes of one's own (spanpack.user_spans)")
