@@ -23,7 +23,9 @@ throughput     1, 4 and 16 producer threads write web-request traces to the
                ``flush()`` reports everything delivered ("delivered"), next to
                one thread encoding the same traces with ``encode_traces``.
                The test agent decodes and checks every payload in Python,
-               so "delivered" is bounded by it, not by the writer.
+               so "delivered" is bounded by it, not by the writer.  For v0.4
+               and v0.5 the same producers also run through ddtrace 4.2.3's
+               own AgentWriter (on ddtrace Spans of the same traces).
 """
 
 import os
@@ -104,6 +106,35 @@ def _throughput_round(url, version, threads, traces):
     finally:
         writer.stop(timeout=10)
     assert stats["traces_dropped"] == 0, stats
+    spans = samples.span_count(traces)
+    return spans / written, spans / delivered
+
+
+def _ddtrace_round(url, version, threads, traces):
+    """The same producers through ddtrace 4.2.3's own AgentWriter (its spans)."""
+    from ddtrace.internal.writer import AgentWriter as DdtraceAgentWriter
+
+    writer = DdtraceAgentWriter(url, processing_interval=0.2, buffer_size=BIG, api_version=version,
+                                report_metrics=False)
+    per_thread = [traces[i::threads] for i in range(threads)]
+    start = threading.Barrier(threads + 1)
+
+    def produce(mine):
+        start.wait(30)
+        for trace in mine:
+            writer.write(trace)
+
+    workers = [threading.Thread(target=produce, args=(mine,)) for mine in per_thread]
+    for worker in workers:
+        worker.start()
+    start.wait(30)
+    began = time.perf_counter()
+    for worker in workers:
+        worker.join(120)
+    written = time.perf_counter() - began
+    writer.flush_queue()
+    delivered = time.perf_counter() - began
+    writer.stop()
     spans = samples.span_count(traces)
     return spans / written, spans / delivered
 
@@ -242,6 +273,21 @@ def main():
                 print(
                     "%-6s %-22s %12.0f %16.0f %16.0f"
                     % (version, "%d thread%s" % (threads, "" if threads == 1 else "s"),
+                       max(r[0] for r in to_agent + to_sink), max(r[1] for r in to_agent),
+                       max(r[1] for r in to_sink))
+                )
+            if version == "v1.0" or not samples.ddtrace_available():
+                continue  # ddtrace writes v0.4 and v0.5 only
+            records = samples.web_traces(TRACES_PER_ROUND)
+            for threads in PRODUCERS:
+                # Fresh ddtrace Spans for every round: its writer may keep them.
+                to_agent = [_ddtrace_round(agent.base_url, version, threads, samples.as_ddtrace(records))
+                            for _ in range(3)]
+                to_sink = [_ddtrace_round(sink.url, version, threads, samples.as_ddtrace(records))
+                           for _ in range(3)]
+                print(
+                    "%-6s %-22s %12.0f %16.0f %16.0f"
+                    % (version, "ddtrace writer, %d thr" % threads,
                        max(r[0] for r in to_agent + to_sink), max(r[1] for r in to_agent),
                        max(r[1] for r in to_sink))
                 )
