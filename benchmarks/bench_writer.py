@@ -76,7 +76,9 @@ class IdleWriter:
         self._refusing.close()
 
 
-def _producers(writer, traces, threads):
+def _producers(writer, traces, threads, flush=None):
+    """Spans/s until the producer threads return, and until ``flush(writer)``
+    (default: ``writer.flush``) says everything was delivered."""
     per_thread = [traces[i::threads] for i in range(threads)]
     start = threading.Barrier(threads + 1)
 
@@ -93,7 +95,10 @@ def _producers(writer, traces, threads):
     for worker in workers:
         worker.join(120)
     written = time.perf_counter() - began
-    assert writer.flush(timeout=120)
+    if flush is None:
+        assert writer.flush(timeout=120)
+    else:
+        flush(writer)
     delivered = time.perf_counter() - began
     return written, delivered
 
@@ -116,25 +121,10 @@ def _ddtrace_round(url, version, threads, traces):
 
     writer = DdtraceAgentWriter(url, processing_interval=0.2, buffer_size=BIG, api_version=version,
                                 report_metrics=False)
-    per_thread = [traces[i::threads] for i in range(threads)]
-    start = threading.Barrier(threads + 1)
-
-    def produce(mine):
-        start.wait(30)
-        for trace in mine:
-            writer.write(trace)
-
-    workers = [threading.Thread(target=produce, args=(mine,)) for mine in per_thread]
-    for worker in workers:
-        worker.start()
-    start.wait(30)
-    began = time.perf_counter()
-    for worker in workers:
-        worker.join(120)
-    written = time.perf_counter() - began
-    writer.flush_queue()
-    delivered = time.perf_counter() - began
-    writer.stop()
+    try:
+        written, delivered = _producers(writer, traces, threads, flush=lambda w: w.flush_queue())
+    finally:
+        writer.stop()
     spans = samples.span_count(traces)
     return spans / written, spans / delivered
 
