@@ -148,14 +148,20 @@ remove_incomplete() {
     rm -rf --one-file-system "${DIR:?}"
 }
 
+complete() { [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$RECIPE" ]; }
+
 provision() {
     need_root
     host_tools
     mkdir -p "$CHROOTS"
+    if complete; then
+        log "reusing $DIR"
+        return 0
+    fi
     exec 9>"$DIR.lock"
     flock 9  # one provisioner per chroot; `run` waits for it too
-    if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$RECIPE" ]; then
-        log "reusing $DIR"
+    if complete; then
+        log "reusing $DIR (provisioned by another run meanwhile)"
         return 0
     fi
     local start=$SECONDS
@@ -186,8 +192,7 @@ EOF
 run() {
     need_root
     host_tools
-    [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$RECIPE" ] \
-        || die "$DIR is not provisioned (scripts/ci_chroot.sh provision $NAME)"
+    complete || die "$DIR is not provisioned (scripts/ci_chroot.sh provision $NAME)"
     exec 9>"$DIR.lock"
     flock -s 9  # not while a provisioner works on it
     sync_host_files

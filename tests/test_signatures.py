@@ -146,8 +146,14 @@ def _rendered_signature(text, name):
 
 def _parameters(parameter_list):
     """A parameter list as Python parses it: layout, line breaks and a
-    trailing comma do not count."""
-    return ast.dump(ast.parse("def f%s: pass" % parameter_list).body[0].args)
+    trailing comma do not count, nor whether an annotation is quoted (a
+    module with `from __future__ import annotations` has string annotations,
+    which pydoc from 3.14 on prints unquoted)."""
+    arguments = ast.parse("def f%s: pass" % parameter_list).body[0].args
+    for node in ast.walk(arguments):
+        if isinstance(node, ast.arg) and isinstance(node.annotation, ast.Constant) and isinstance(node.annotation.value, str):
+            node.annotation = ast.parse(node.annotation.value, mode="eval").body
+    return ast.dump(arguments)
 
 
 @pytest.mark.parametrize(
@@ -170,3 +176,5 @@ def test_rendered_signature_reads_both_layouts():
     assert _rendered_signature(one_line, "P") == "(a, /, b=None, *, c=(1, 2))"
     assert _parameters(_rendered_signature(per_line, "P")) == _parameters("(a, /, b=None, *, c=(1, 2))")
     assert _parameters("(a, b=None)") != _parameters("(a, *, b=None)")
+    assert _parameters("(a: 'Optional[int]' = None)") == _parameters("(a: Optional[int] = None)")
+    assert _parameters("(a: 'Optional[int]' = None)") != _parameters("(a: Optional[str] = None)")
