@@ -37,6 +37,15 @@ def msgpack_is_reference(code) -> bool:
     return int.__index__(code) not in CHAR_SIGN_DEPENDENT
 
 
+def msgpack_code(code: int) -> int:
+    """The code to hand msgpack-python for the spec's `code` in -128..127 so
+    that it writes the spec's bytes: the code itself where char is signed,
+    a negative code's byte as an unsigned code where it is not."""
+    if not MSGPACK_CHAR_IS_SIGNED and -128 <= code < 0:
+        return code & 0xFF
+    return code
+
+
 def spec_outcome(code: int, data: bytes):
     """("ok", bytes) or ("raised", OverflowError) by the spec, for an int code
     and bytes data (the outcome form of the tests' ``outcome``)."""
