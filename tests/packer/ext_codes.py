@@ -27,14 +27,22 @@ def _msgpack_char_is_signed() -> bool:
 MSGPACK_CHAR_IS_SIGNED = _msgpack_char_is_signed()
 
 
+def _code_value(code):
+    """The int both packers make of `code`: an int's (or int subclass's, read
+    without its hooks) value, a finite float truncated; None for the other
+    objects the tests pass, which convert to small non-negative codes or fail
+    to convert on every platform."""
+    if isinstance(code, int):
+        return int.__index__(code)
+    if isinstance(code, float) and code == code and abs(code) != float("inf"):
+        return int(code)
+    return None
+
+
 def msgpack_is_reference(code) -> bool:
-    """Whether msgpack-python's outcome for `code` is the spec's here.  The
-    value of an int (or int subclass, read as msgpack reads it, without its
-    hooks) decides; the other objects the tests pass convert to small
-    non-negative codes or fail to convert on every platform."""
-    if MSGPACK_CHAR_IS_SIGNED or not isinstance(code, int):
-        return True
-    return int.__index__(code) not in CHAR_SIGN_DEPENDENT
+    """Whether msgpack-python's outcome for `code` is the spec's here."""
+    value = _code_value(code)
+    return MSGPACK_CHAR_IS_SIGNED or value is None or value not in CHAR_SIGN_DEPENDENT
 
 
 def msgpack_code(code: int) -> int:
@@ -47,9 +55,10 @@ def msgpack_code(code: int) -> int:
 
 
 def spec_outcome(code: int, data: bytes):
-    """("ok", bytes) or ("raised", OverflowError) by the spec, for an int code
-    and bytes data (the outcome form of the tests' ``outcome``)."""
-    value = int.__index__(code)
+    """("ok", bytes) or ("raised", OverflowError) by the spec, for an int (or
+    finite float, truncated) code and bytes data (the outcome form of the
+    tests' ``outcome``)."""
+    value = _code_value(code)
     if not -128 <= value <= 127:
         return ("raised", OverflowError)
     data = bytes(data)
