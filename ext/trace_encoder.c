@@ -780,7 +780,8 @@ static PyMemberDef trace_encoder_members[] = {
 static PyGetSetDef trace_encoder_getset[] = {
     {"size", (getter)trace_encoder_get_size, NULL,
      "Exact byte length of the payloads encode() would return now.", NULL},
-    {"version", (getter)trace_encoder_get_version, NULL, "\"v0.4\" or \"v0.5\".", NULL},
+    {"version", (getter)trace_encoder_get_version, NULL, "\"v0.4\", \"v0.5\" or \"v1.0\".",
+     NULL},
     {"max_payload_size", (getter)trace_encoder_get_max_payload_size, NULL,
      "Most bytes per payload returned by encode() (BufferItemTooLarge for a trace that "
      "alone would exceed it); None: no limit, one payload.",

@@ -20,7 +20,8 @@ def send(
     headers: Optional[Dict[str, str]] = None,
     timeout: float = 10.0,
 ) -> Tuple[int, bytes]:
-    """PUT one payload to ``url`` (the agent's ``/v0.4/traces`` or ``/v0.5/traces``).
+    """PUT one payload to ``url`` (the agent's ``/v0.4/traces``, ``/v0.5/traces`` or
+    ``/v1.0/traces``).
 
     Returns ``(status, body)``; HTTP errors are returned, not raised, so a
     writer can log the agent's reason (e.g. 400 on a payload it cannot decode).
