@@ -664,6 +664,8 @@ def report(results: List[Result]) -> str:
 # against spanpack encode_traces on slotted objects (REFERENCE_KEY).
 BASELINE = {"ddtrace-put": "spanpack-ddtrace-put"}
 
+SUMMARY_TITLE = ("Peers vs spanpack (time ratio; ddtrace columns compare put+encode on the same "
+                 "ddtrace Spans, the others compare with spanpack on slotted objects):")
 SUMMARY = [
     # (column title, version, contender key)
     ("ddtrace v0.4", "v0.4", "ddtrace-put"),
@@ -845,7 +847,9 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     # The docstring's first line, without its reST markup (argparse prints text as it is).
     parser.description = __doc__.strip().splitlines()[0].replace("``", "")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer and shorter rounds (3-10 instead of 5-40), smaller many_traces")
+                        help="fewer and shorter rounds (%d-%d instead of %d-%d), smaller many_traces"
+                        % (QUICK_BUDGET.min_rounds, QUICK_BUDGET.max_rounds,
+                           DEFAULT_BUDGET.min_rounds, DEFAULT_BUDGET.max_rounds))
     parser.add_argument("--out", nargs="?", const="bench.png", default=None, metavar="PNG",
                         help="write a bar chart (default file name: bench.png)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
@@ -895,8 +899,7 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
     print()
     print(report(results))
     print()
-    print("Peers vs spanpack (time ratio; ddtrace columns compare put+encode on the same "
-          "ddtrace Spans, the others compare with spanpack on slotted objects):")
+    print(SUMMARY_TITLE)
     print(summary(results))
     print(LEGEND)
     if user_classes is not None:
