@@ -44,7 +44,7 @@ import spanpack
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
-from tests.packer.subclasses import BytesSub, DictSub, ListSub, TupleSub  # noqa: E402
+from tests.packer.subclasses import BytesSub, DatetimeSub, DictSub, ListSub, TupleSub  # noqa: E402
 
 # Constructs that reproduced the bugs in tests/robustness/test_regressions.py (all fixed
 # now) are on by default; FUZZ_INCLUDE_KNOWN=0 leaves them out, for fuzzing a
@@ -196,10 +196,6 @@ class OddTz(datetime.tzinfo):
 
     def dst(self, dt):
         return None
-
-
-class DatetimeSub(datetime.datetime):
-    pass
 
 
 class ExtSub(spanpack.ExtType):

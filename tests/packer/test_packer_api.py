@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spanpack
+from tests.packer import outcome
 from tests.packer.subclasses import IntSub, FloatSub, StrSub, BytesSub, BytearraySub, ListSub, TupleSub, DictSub, DatetimeSub
 
 UTC = datetime.timezone.utc
@@ -29,14 +30,6 @@ UTC = datetime.timezone.utc
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-
-
-def outcome(fn, *args, **kwargs):
-    """("ok", result) or ("raised", exception type)."""
-    try:
-        return ("ok", fn(*args, **kwargs))
-    except Exception as exc:  # noqa: BLE001 - the type is what gets compared
-        return ("raised", type(exc))
 
 
 def to_ref(obj):
