@@ -5,7 +5,8 @@ bench` and benchmarks/callgrind_per_span.py; the prose around them quotes
 their extremes and ratios.  These tests parse each table and check every
 quoted figure against it, so that a table pasted from a new run cannot leave
 the text describing the old one.  They also check that the tables have the
-columns and shapes the bench prints today.
+columns and shapes the bench prints today, and that the docstrings and the
+layer diagram in ARCHITECTURE.md name every payload version.
 """
 
 import re
@@ -106,3 +107,17 @@ def test_the_rounds_quoted_are_those_the_bench_runs():
     assert "best of %s rounds per contender (%s with `--quick`" % (full, quick) in " ".join(BENCHMARKS.split())
     notes = " ".join((ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8").split())
     assert "is %s per contender (%s with `--quick`)" % (full.replace("–", "-"), quick.replace("–", "-")) in notes
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_the_docstrings_and_the_layer_diagram_name_every_payload_version(version):
+    import spanpack
+
+    spanpack.TraceMsgPackEncoder(version)  # a version the encoder takes ...
+    assert '"%s"' % version in spanpack.TraceMsgPackEncoder.version.__doc__  # ... is named
+    assert "/%s/traces" % version in spanpack.send.__doc__
+    architecture = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    layers = architecture[architecture.index("## Layers"):architecture.index("## Files")]
+    writer = "span_v%s.c" % version[1:].replace(".", "")
+    assert (ROOT / "ext" / writer).exists() and writer in layers
+    assert "%s_write_trace" % version.replace(".", "") in layers
