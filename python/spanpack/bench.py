@@ -758,7 +758,8 @@ def chart(results: List[Result], path: str, title: str) -> None:
 
     versions = [v for v in VERSIONS if any(r.version == v for r in results)]
     shapes = list(dict.fromkeys(r.shape for r in results))
-    key_lines = shape_key(shapes).count("\n") + 1 if shape_key(shapes) else 0
+    shapes_text = shape_key(shapes)
+    key_lines = shapes_text.count("\n") + 1 if shapes_text else 0
     footer = 0.6 + 0.17 * key_lines  # inches below the last panel for the notes and shape key
     height = 7 * len(versions) + footer
     fig, axes = plt.subplots(len(versions), 1, squeeze=False,
@@ -810,7 +811,7 @@ def chart(results: List[Result], path: str, title: str) -> None:
     fig.text(0.5, bottom - 0.1 / height, RATIO_NOTE + "\n" + LEGEND, ha="center", va="top", fontsize=8,
              wrap=True)
     if key_lines:
-        fig.text(0.5, bottom - 0.5 / height, "shapes:\n" + shape_key(shapes), ha="center", va="top",
+        fig.text(0.5, bottom - 0.5 / height, "shapes:\n" + shapes_text, ha="center", va="top",
                  multialignment="left", fontsize=8, family="monospace")
     fig.tight_layout(rect=(0, bottom, 1, 1 - 0.3 / height))
     fig.savefig(path, dpi=110)
