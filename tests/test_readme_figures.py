@@ -5,8 +5,9 @@ bench` and benchmarks/callgrind_per_span.py; the prose around them quotes
 their extremes and ratios.  These tests parse each table and check every
 quoted figure against it, so that a table pasted from a new run cannot leave
 the text describing the old one.  They also check that the tables have the
-columns and shapes the bench prints today, and that the docstrings and the
-layer diagram in ARCHITECTURE.md name every payload version.
+columns and shapes the bench prints today; that the docstrings and the layer
+diagram in ARCHITECTURE.md name every payload version; and that the README
+starts a test agent of one's own the way the suite starts its own.
 """
 
 import re
@@ -121,3 +122,11 @@ def test_the_docstrings_and_the_layer_diagram_name_every_payload_version(version
     writer = "span_v%s.c" % version[1:].replace(".", "")
     assert (ROOT / "ext" / writer).exists() and writer in layers
     assert "%s_write_trace" % version.replace(".", "") in layers
+
+
+def test_the_readmes_own_agent_command_enables_the_checks_the_suite_enables():
+    from tests.integration import agent
+
+    assert "ENABLED_CHECKS=%s ddapm-test-agent --port" % agent.ENABLED_CHECKS in README
+    assert "SPANPACK_TEST_AGENT_URL=http://" in README
+    assert 'os.environ.get("SPANPACK_TEST_AGENT_URL")' in Path(agent.__file__).read_text(encoding="utf-8")
