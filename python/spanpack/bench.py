@@ -297,8 +297,8 @@ def _version_contenders(version: str, peers: List[Contender]) -> List[Contender]
 
 
 def _ddtrace_contender(version: str) -> Contender:
-    return Contender("ddtrace-put", "ddtrace MsgpackEncoderV%s put+encode" % version[1:].replace(".", ""),
-                     version, "ddtrace", ("ddtrace",), _dd_put_encode(version))
+    label = "ddtrace MsgpackEncoderV%s put+encode" % version[1:].replace(".", "")
+    return Contender("ddtrace-put", label, version, "ddtrace", ("ddtrace",), _dd_put_encode(version))
 
 
 def _packb_contender(module: str, prebuilt: bool) -> Contender:
@@ -782,8 +782,9 @@ def chart(results: List[Result], path: str, title: str) -> None:
                     ys.append(match[0].per_span * 1e9)
                     ratio = peer_ratio(results, shape, version, key)
                     if ratio is not None and not key.startswith("spanpack-"):
-                        ax.annotate(fmt_ratio(ratio), (x, ys[-1]), xytext=(0, 2), textcoords="offset points",
-                                    rotation=90, ha="center", va="bottom", fontsize=7,
+                        ax.annotate(fmt_ratio(ratio), (x, ys[-1]), xytext=(0, 2),
+                                    textcoords="offset points", rotation=90, ha="center",
+                                    va="bottom", fontsize=7,
                                     bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
                                           "alpha": 0.8})  # legible over a taller neighbour
                 elif any(r.shape == shape and r.version == version and r.key == key
@@ -800,7 +801,8 @@ def chart(results: List[Result], path: str, title: str) -> None:
         ax.set_yscale("log")
         if tallest:
             ax.set_ylim(top=tallest * 4)  # room for the ratios above the tallest bars
-        ax.set_ylabel("ns per span, log scale: lower is better\n(best of %s rounds)" % rounds_range(results))
+        ax.set_ylabel("ns per span, log scale: lower is better\n(best of %s rounds)"
+                      % rounds_range(results))
         ax.set_title("%s payloads: time per span (lower is better)" % version)
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels(shapes, rotation=15)
