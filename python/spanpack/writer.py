@@ -353,12 +353,18 @@ class AgentWriter:
                     self._write_drops.append("buffer_full")
                 except BufferItemTooLarge:
                     self._write_drops.append("trace_too_large")
-                except Exception as error:
+                except BaseException as error:
+                    # A signal handler may raise once put() has returned: then
+                    # the encoder holds one trace more than the kept list, and
+                    # the exception is the handler's, not about the trace.
+                    if len(encoder) > len(self._kept):
+                        self._kept.append(trace)
+                        raise
+                    if not isinstance(error, Exception):
+                        self._write_drops.append("interrupted")
+                        raise
                     self._write_drops.append("bad_input")
                     self._last_error["bad_input"] = "%s: %s" % (type(error).__name__, error)
-                except BaseException:
-                    self._write_drops.append("interrupted")
-                    raise
                 else:
                     self._kept.append(trace)
                     if self._thread is None:
