@@ -470,7 +470,7 @@ class AgentWriter:
                 return
 
     @property
-    def stats(self) -> Dict[str, Any]:
+    def stats(self) -> Dict[str, Any]:  # a WriterStats (writer.pyi)
         """A snapshot of the counters (a new dict on every read; see ``WriterStats`` in the stubs)."""
         with self._lock:
             dropped = self._drop_totals()
