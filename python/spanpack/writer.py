@@ -12,7 +12,8 @@ traces_dropped + traces_buffered``, and the three are each what they say:
 - buffered: ``len(encoder)`` (the C encoder counts a trace inside the same
   ``put`` call that stores it) plus the unsettled traces of the batch the
   flush thread holds;
-- dropped at ``write()``: one ``list.append`` of the reason, a single C call;
+- dropped at ``write()``: one ``next()`` on the reason's ``itertools.count``,
+  a single C call (read back from its ``repr``);
 - everything else (sent, dropped later, unconfirmed) is counted by the flush
   thread, under the lock.  Signal handlers run on the main thread only, so
   nothing can interrupt those multi-step updates half-way, and readers take
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import atexit
 import inspect
+import itertools
 import json
 import logging
 import os
@@ -298,7 +300,8 @@ class AgentWriter:
         self._batch_done = threading.Condition(self._lock)
         self._encoder = self._new_encoder(self._version)
         self._kept: List[Trace] = []  # the encoder's traces, in its order
-        self._write_drops: List[str] = []  # reasons, appended by write(); folded by the flush thread
+        # write()'s drops, one C-level increment each (see the module docstring).
+        self._write_drops: Dict[str, "itertools.count[int]"] = {reason: itertools.count() for reason in DROP_REASONS}
         self._wake_at = self._wake_threshold()
         self._flush_requested = False
         self._thread: Optional[threading.Thread] = None
@@ -344,15 +347,15 @@ class AgentWriter:
         """
         with self._lock:
             if self._stopped:
-                self._write_drops.append("stopped")
+                next(self._write_drops["stopped"])
             else:
                 encoder = self._encoder
                 try:
                     encoder.put(trace)
                 except BufferFull:
-                    self._write_drops.append("buffer_full")
+                    next(self._write_drops["buffer_full"])
                 except BufferItemTooLarge:
-                    self._write_drops.append("trace_too_large")
+                    next(self._write_drops["trace_too_large"])
                 except BaseException as error:
                     # A signal handler may raise once put() has returned: then
                     # the encoder holds one trace more than the kept list, and
@@ -361,9 +364,9 @@ class AgentWriter:
                         self._kept.append(trace)
                         raise
                     if not isinstance(error, Exception):
-                        self._write_drops.append("interrupted")
+                        next(self._write_drops["interrupted"])
                         raise
-                    self._write_drops.append("bad_input")
+                    next(self._write_drops["bad_input"])
                     self._last_error["bad_input"] = "%s: %s" % (type(error).__name__, error)
                 else:
                     self._kept.append(trace)
@@ -373,13 +376,7 @@ class AgentWriter:
                         self._wake_at = self.max_buffer_size + 1  # once per batch
                         self._work_ready.notify()
                     return
-            now = time.monotonic()
-            due = now - self._last_log >= self._log_interval
-            if due or len(self._write_drops) > 4096:
-                if self._thread is None and not self._stopped:
-                    self._start_thread()
-                self._work_ready.notify()  # the flush thread folds the list
-            message = self._drop_summary(force=False) if due else None
+            message = self._drop_summary(force=False)
         if message:
             log.warning(message)
 
@@ -402,6 +399,10 @@ class AgentWriter:
             self._flush_requested = True
             self._work_ready.notify()
             while self._batches_done < target:
+                if self._thread is None:  # it ended: a new one settles what it left
+                    self._start_thread()
+                    if self._thread is None:
+                        return False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -450,7 +451,6 @@ class AgentWriter:
             with self._lock:
                 if self._thread is not None and self._thread.is_alive():
                     return
-                self._fold_drops()
                 self._recover_batch()
                 if not len(self._encoder):
                     return
@@ -503,22 +503,8 @@ class AgentWriter:
     # -- accounting (callers hold the lock) --------------------------------
 
     def _drop_totals(self) -> Dict[str, int]:
-        totals = dict(self._dropped)
-        for reason in self._write_drops[:]:  # a copy: one C call
-            totals[reason] += 1
-        return totals
-
-    def _fold_drops(self) -> None:
-        """Move write()'s drops into the counters; never on the main thread,
-        where a signal handler could interrupt between the two steps."""
-        if threading.current_thread() is threading.main_thread():
-            return
-        drops = self._write_drops
-        count = len(drops)
-        if count:
-            for reason in drops[:count]:
-                self._dropped[reason] += 1
-            del drops[:count]
+        # repr(itertools.count()) is "count(N)": N is the next value, the number of next() calls.
+        return {reason: n + int(repr(self._write_drops[reason])[6:-1]) for reason, n in self._dropped.items()}
 
     def _count_dropped(self, count: int, reason: str, error: Optional[BaseException]) -> None:
         self._dropped[reason] += count
@@ -641,7 +627,6 @@ class AgentWriter:
             self._recover_batch()
             next_flush = time.monotonic() + self.flush_interval
             for _ in range(1 << 62):
-                self._fold_drops()
                 if self._stopped and not len(self._encoder):
                     return False
                 if len(self._encoder) and (
