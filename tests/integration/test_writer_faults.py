@@ -364,3 +364,25 @@ def test_a_url_without_a_port_goes_to_8126_and_a_path_is_a_prefix(writers):
         assert writer.flush(timeout=10)
         assert server.requests == ["/proxy/v0.4/traces"]
         assert drops(ledger_balances(writer)) == {"agent_refused": 1}
+
+
+# -- spanpack.send(): the same bounds ---------------------------------------------
+
+
+@pytest.mark.parametrize("failure", ["huge", "trickle"])
+def test_send_is_bounded_in_size_and_time(server, failure):
+    import spanpack
+    from spanpack.transport import ReplyTooLarge, RequestFailed
+
+    server.script.append(failure)
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    payload = encoder.encode_traces([make_trace()])
+    expected = ReplyTooLarge if failure == "huge" else RequestFailed
+    with pytest.raises(expected) as raised:
+        spanpack.send(payload, 1, server.url + "/v0.4/traces", timeout=0.5)
+    server.release()
+    assert isinstance(raised.value, OSError)
+    if failure == "trickle":
+        assert raised.value.body_sent  # the payload went out whole: the agent may have it
+    status, body = spanpack.send(payload, 1, server.url + "/v0.4/traces", timeout=5)
+    assert status == 200 and json.loads(body)["rate_by_service"]
