@@ -565,11 +565,16 @@ class AgentWriter:
         self._thread = thread
         try:
             thread.start()
-        except RuntimeError:
-            # Interpreter shutdown forbids new threads: the buffer waits for
-            # stop() (run at exit), which then sends it on its own thread.
+        except BaseException as error:
+            # Never leave a thread that did not start as "the" thread: the
+            # next write() or flush() tries again.
             self._thread = None
-            return
+            if isinstance(error, RuntimeError):
+                # Interpreter shutdown forbids new threads (or none can be
+                # made now): the buffer waits for the next try, or for stop()
+                # (run at exit), which then sends it on its own thread.
+                return
+            raise
         self._thread_starts += 1
 
     def _run(self) -> None:
