@@ -13,6 +13,7 @@ payload even though no reply came, so a writer must not count it as lost.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import select
 import socket
@@ -88,6 +89,11 @@ def parse_agent_url(url: str, what: str = "agent URL") -> AgentAddress:
         raise ValueError("%s %r: user info is not supported" % (what, url))
     if not parts.hostname:
         raise ValueError("%s %r names no host" % (what, url))
+    if ":" in parts.hostname:  # Python < 3.11 does not check a bracketed IPv6 literal
+        try:
+            ipaddress.IPv6Address(parts.hostname.split("%", 1)[0])
+        except ValueError:
+            raise ValueError("%s %r: %r is not an IPv6 address" % (what, url, parts.hostname)) from None
     if port is None:
         port = DEFAULT_AGENT_PORT if parts.scheme == "http" else 443
     if port == 0:
