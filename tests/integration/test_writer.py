@@ -82,7 +82,7 @@ def writers():
 
     def make(url, **options):
         options.setdefault("flush_interval", 60.0)  # tests flush explicitly
-        options.setdefault("timeout", 1.0)
+        options.setdefault("timeout", 5.0)  # a busy CI machine must not turn a reply into "unconfirmed"
         options.setdefault("retry_backoff", 0.01)
         writer = AgentWriter(url, **options)
         made.append(writer)

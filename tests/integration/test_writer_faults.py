@@ -45,7 +45,7 @@ def test_a_signal_handler_raising_inside_write_keeps_the_ledger(server, writers)
         raise Interrupt()
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    writer = writers(server.url, version="v0.4", flush_interval=0.05)
+    writer = writers(server.url, version="v0.4", flush_interval=0.05, timeout=20.0)
     big = [
         {"trace_id": 1, "span_id": i + 1, "name": "n", "service": "s", "start_ns": i, "meta": {"k": "v%d" % i}}
         for i in range(3000)
