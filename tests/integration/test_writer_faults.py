@@ -386,3 +386,13 @@ def test_send_is_bounded_in_size_and_time(server, failure):
         assert raised.value.body_sent  # the payload went out whole: the agent may have it
     status, body = spanpack.send(payload, 1, server.url + "/v0.4/traces", timeout=5)
     assert status == 200 and json.loads(body)["rate_by_service"]
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_the_tracer_version_header_is_settable_for_every_version(server, writers, version):
+    writer = writers(server.url, version=version, tracer_version="my-tracer 2.0", language_name="python")
+    writer.write(make_trace())
+    assert writer.flush(timeout=10)
+    headers = server.accepted[0].headers
+    assert headers["datadog-meta-tracer-version"] == "my-tracer 2.0"
+    assert headers["datadog-meta-lang"] == "python"
