@@ -245,6 +245,10 @@ class AgentWriter:
             for field, header in _HEADER_FIELDS.items()
             if encoder_options.get(field) is not None
         }
+        for field, header in _HEADER_FIELDS.items():
+            value = self._headers.get(header, "")
+            if "\r" in value or "\n" in value:
+                raise ValueError("%s=%r: a line break cannot go in the %s header" % (field, value, header))
         self._v10_only = [name for name in _V10_ONLY_FIELDS if encoder_options.get(name) is not None]
 
         installed = _installed_versions()

@@ -396,3 +396,8 @@ def test_the_tracer_version_header_is_settable_for_every_version(server, writers
     headers = server.accepted[0].headers
     assert headers["datadog-meta-tracer-version"] == "my-tracer 2.0"
     assert headers["datadog-meta-lang"] == "python"
+
+
+def test_a_header_option_with_a_line_break_is_refused_at_construction():
+    with pytest.raises(ValueError, match="tracer_version"):
+        AgentWriter("http://127.0.0.1:1", version="v0.4", tracer_version="1.0\r\nX-Evil: 1")
