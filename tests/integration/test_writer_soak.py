@@ -1,7 +1,9 @@
 """Soak: 8 producer threads write through an AgentWriter while the fault
 server answers each payload with the next fault of a fixed cycle.
 
-The cycle holds every fault the writer must survive: 5xx, 429, 408, 413
+Every thousandth trace of a producer raises KeyboardInterrupt from span code,
+and every fifth on_response call raises SystemExit.  The cycle holds every
+fault the writer must survive: 5xx, 429, 408, 413
 (split), resets before and after the body, a reply that never comes, one
 trickled a byte at a time, garbage, a truncated status line, an endless
 body, JSON nested 100,000 deep, and plain 200s in between.  Whatever the
@@ -71,6 +73,16 @@ def _trace(trace_id, spans):
     ]
 
 
+class _InterruptingSpan:
+    """A span whose ``service`` raises KeyboardInterrupt, as a Ctrl-C landing in span code."""
+
+    trace_id, span_id, parent_id, name, start_ns, duration_ns = 1, 1, 0, "op", 0, 1
+
+    @property
+    def service(self):
+        raise KeyboardInterrupt
+
+
 def run_soak(version, seconds=SOAK_SECONDS):
     """Run one soak; return the writer's stats and what the server saw."""
     with FaultServer(["/v0.4/traces", "/v0.5/traces", "/v1.0/traces"]) as server:
@@ -78,6 +90,11 @@ def run_soak(version, seconds=SOAK_SECONDS):
         # longer than any soak's requests; plain 200s after it.
         server.script.extend(FAULTS * 20_000)
         replies = []
+
+        def on_response(reply):
+            replies.append(reply)
+            if len(replies) % 5 == 0:
+                raise SystemExit("a callback that exits")  # the thread must go on
         writer = AgentWriter(
             server.url,
             version=version,
@@ -87,7 +104,7 @@ def run_soak(version, seconds=SOAK_SECONDS):
             retry_backoff=0.01,
             max_payload_size=16 << 10,
             max_buffer_size=8 * (256 << 10),
-            on_response=replies.append,
+            on_response=on_response,
         )
         calls = [0] * PRODUCERS
         stop_at = time.monotonic() + seconds
@@ -99,7 +116,13 @@ def run_soak(version, seconds=SOAK_SECONDS):
                     if time.monotonic() >= stop_at:
                         return
                     time.sleep(0.002)  # a service's pace, not a busy loop
-                writer.write(_trace(next(ids), 1 + i % 3))
+                if i % 1000 == 999:
+                    try:
+                        writer.write([_InterruptingSpan()])
+                    except KeyboardInterrupt:
+                        pass
+                else:
+                    writer.write(_trace(next(ids), 1 + i % 3))
                 calls[n] += 1
 
         threads = [threading.Thread(target=produce, args=(n,)) for n in range(PRODUCERS)]
@@ -152,6 +175,7 @@ def test_soak_against_every_fault(version):
     # Every kind of fault was met, and the writer survived them all.
     assert result["payload_requests"] >= len(FAULTS), result
     assert stats["version"] == version
+    assert stats["dropped_by_reason"]["interrupted"] >= PRODUCERS and stats["on_response_errors"] >= 1
     assert stats["dropped_by_reason"]["trace_too_large"] + stats["traces_sent_unconfirmed"] > 0
 
 
