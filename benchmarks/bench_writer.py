@@ -291,7 +291,7 @@ def main():
                        max(r[1] for r in to_sink))
                 )
     finally:
-        sink.stop()
+        sink.close()
         agent.stop()
 
 

@@ -141,7 +141,7 @@ def main():
                        timeout=seconds + 120)
     finally:
         server.release()
-        server.stop()
+        server.close()
         holder.close()
 
 

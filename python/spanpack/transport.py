@@ -18,8 +18,9 @@ import os
 import select
 import socket
 import time
+import urllib.error
 import urllib.parse
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from .encoder import payload_headers
 
@@ -35,12 +36,23 @@ DEFAULT_AGENT_SOCKET = "/var/run/datadog/apm.socket"
 _READ_CHUNK = 64 << 10
 
 
-class RequestFailed(OSError):
-    """No usable reply came.  ``body_sent``: the whole request had been sent."""
+class RequestFailed(urllib.error.URLError):
+    """No usable reply came.  ``body_sent``: the whole request had been sent.
 
-    def __init__(self, message: str, body_sent: bool) -> None:
-        super().__init__(message)
+    A ``urllib.error.URLError`` (so an ``OSError``), as ``send()`` raised when
+    it was built on urllib; ``reason`` is the underlying error (for instance
+    ``ConnectionRefusedError``) or a message.
+    """
+
+    def __init__(self, reason: Union[str, BaseException], body_sent: bool) -> None:
+        super().__init__(reason)
         self.body_sent = body_sent
+
+    def __str__(self) -> str:
+        reason = self.reason
+        if isinstance(reason, BaseException):
+            return "%s: %s" % (type(reason).__name__, reason)
+        return str(reason)
 
 
 class ReplyTooLarge(OSError):
@@ -184,7 +196,7 @@ class AgentConnection:
             raise
         except (OSError, ValueError) as error:
             self.close()
-            raise RequestFailed("%s: %s" % (type(error).__name__, error), body_sent) from error
+            raise RequestFailed(error, body_sent) from error
         except BaseException:
             self.close()
             raise
@@ -393,8 +405,9 @@ def send(
     writer can log the agent's reason (e.g. 400 on a payload it cannot decode).
 
     ``timeout`` bounds the whole request (connect, send, reply).  Raises
-    ``OSError`` when no reply came (connection refused, reset, the deadline);
-    :class:`RequestFailed` (an ``OSError``) says whether the payload had been
+    :class:`RequestFailed`, a ``urllib.error.URLError`` (an ``OSError``), when
+    no reply came (connection refused, reset, the deadline): its ``reason`` is
+    the underlying error, its ``body_sent`` says whether the payload had been
     sent whole.  A reply body over ``MAX_REPLY_SIZE`` (1 MiB) raises
     :class:`ReplyTooLarge`, also an ``OSError``, unread.
     """

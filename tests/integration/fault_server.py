@@ -104,6 +104,7 @@ class FaultServer:
         self._changed = threading.Condition(self._lock)
         self._release = threading.Event()
         self._listener: Optional[socket.socket] = None
+        self._holder: Optional[socket.socket] = None
         self._accept_thread: Optional[threading.Thread] = None
         self._open: List[socket.socket] = []
         # Connections in the middle of a request (head read, answer not yet sent),
@@ -121,13 +122,15 @@ class FaultServer:
 
     def start(self) -> "FaultServer":
         """Listen (on the same port again after stop())."""
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((HOST, self.port))
+        listener = _port_socket(self.port)
         listener.listen(64)
         listener.settimeout(0.05)  # the accept loop polls its stop flag
         self.port = listener.getsockname()[1]
         self._listener = listener
+        # The port was held since stop(); now the listener has it too.
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
         self._running = True
         self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True)
         self._accept_thread.start()
@@ -146,6 +149,11 @@ class FaultServer:
         if self._accept_thread is not None:
             self._accept_thread.join(IO_TIMEOUT)
         if self._listener is not None:
+            # While stopped the port stays bound, to a socket that does not
+            # listen: connects are refused, and no other socket can take the
+            # port before start() (a restart cannot fail or reach a stranger).
+            if self._holder is None:
+                self._holder = _port_socket(self.port)
             self._listener.close()
             self._listener = None
         self._release.set()
@@ -174,7 +182,14 @@ class FaultServer:
         return self.start()
 
     def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop, and give the port up."""
         self.stop()
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
 
     # -- what arrived --------------------------------------------------------
 
@@ -324,6 +339,17 @@ class FaultServer:
                 self._changed.notify_all()
         _reply(conn, status, body_out)
         return True
+
+
+def _port_socket(port: int) -> socket.socket:
+    """A TCP socket bound to ``port`` on HOST (0: a free one), shareable with
+    the other sockets of this server (SO_REUSEPORT) and no one else's."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if hasattr(socket, "SO_REUSEPORT"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((HOST, port))
+    return sock
 
 
 def _read_head(reader) -> Optional[Tuple[str, str, Dict[str, str]]]:
