@@ -19,7 +19,10 @@ import pytest
 from spanpack.writer import DROP_REASONS, AgentWriter, supported_versions
 
 from tests.integration.fault_server import FaultServer
-from tests.integration.test_writer import ROOT, _write_n, drops, ledger_balances, make_trace, writers  # noqa: F401
+from tests.integration import test_writer
+from tests.integration.test_writer import ROOT, _write_n, drops, ledger_balances, make_trace
+
+writers = test_writer.writers  # the fixture: writers made here are stopped at the end of each test
 
 HAS_V1 = "v1.0" in supported_versions()
 
