@@ -9,6 +9,13 @@ When the agent cannot be started, tests that use it are skipped on a
 developer's machine but fail (with the reason and the agent's log) when the CI
 environment variable is set, so CI can never pass without having talked to it.
 
+Likewise for every other test dependency: a module or test that skips through
+``pytest.importorskip(name)`` (called without ``reason=``, so the hooks below
+can read the module's name from the skip) because a module of spanpack's
+``[test]`` extra is missing fails instead under CI, when the extra installs
+that module on this interpreter.  Where the extra does not install it (ddtrace
+on 3.15) the skip stays, and its reason says so.
+
 With CI set, hypothesis runs the "ci" profile: the same examples on every run
 (derandomized, no example database, so nothing one run found changes the
 next), each test's own max_examples, and no deadline (a loaded machine makes
@@ -19,6 +26,7 @@ random examples, and failures saved in .hypothesis/ and replayed first.
 
 import os
 import re
+import sys
 import uuid
 
 import msgpack
@@ -45,6 +53,95 @@ if _in_ci():
     settings.load_profile("ci")
 
 from tests.integration.agent import AgentUnavailable, start_agent
+
+# Import names that differ from the distribution's (canonical) name.
+_MODULE_OF_DISTRIBUTION = {"ddapm-test-agent": "ddapm_test_agent"}
+# pytest.importorskip's own reason when called without reason=.
+_IMPORT_SKIP = re.compile(r"could not import '([A-Za-z_][\w.]*)'")
+_THIS_PYTHON = "Python %d.%d" % sys.version_info[:2]
+
+
+def _extras_by_module():
+    """{top-level module: [(extra, requirement, applies on this interpreter)]}
+    from the installed spanpack's metadata."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from packaging.requirements import Requirement
+
+    try:
+        texts = requires("spanpack") or []
+    except PackageNotFoundError:
+        return {}
+    found = {}
+    for text in texts:
+        requirement = Requirement(text)
+        if requirement.marker is None:
+            continue
+        for extra in ("test", "bench"):
+            if 'extra == "%s"' % extra not in str(requirement.marker):
+                continue
+            applies = requirement.marker.evaluate({"extra": extra})
+            name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+            module = _MODULE_OF_DISTRIBUTION.get(name, name.replace("-", "_"))
+            found.setdefault(module, []).append((extra, text.split(";")[0].strip(), str(requirement.marker), applies))
+    return found
+
+
+_EXTRAS_BY_MODULE = _extras_by_module()
+
+
+def _missing_module_verdict(message):
+    """For a skip message from pytest.importorskip: ("fail", text) when CI is
+    set and the [test] extra installs the module here, else ("skip", the
+    message with why the module is absent)."""
+    match = _IMPORT_SKIP.search(message)
+    if not match:
+        return None
+    module = match.group(1).split(".")[0]
+    entries = _EXTRAS_BY_MODULE.get(module, [])
+    for extra, requirement, _, applies in entries:
+        if extra == "test" and applies:
+            why = "%s is in the [test] extra on %s (%s) but is not importable" % (module, _THIS_PYTHON, requirement)
+            if _in_ci():
+                return "fail", "%s: %s\n(CI is set, so a missing test dependency is a failure, not a skip)" % (why, message)
+            return "skip", "%s; pip install -e '.[test]' installs it: %s" % (why, message)
+    for extra, requirement, marker, applies in entries:
+        if extra == "test":
+            return "skip", "%s: the [test] extra installs %s only where %s, not on %s" % (
+                message, requirement, marker.replace(' and extra == "test"', ""), _THIS_PYTHON)
+    for extra, requirement, _, _ in entries:
+        return "skip", "%s: %s is in spanpack's [%s] extra, not [test]" % (message, requirement, extra)
+    if module == "_testcapi":
+        return "skip", "%s: this CPython was installed without its C-API test module (Debian: libpython%d.%d-testsuite)" % (
+            (message,) + sys.version_info[:2])
+    return None
+
+
+def _apply_verdict(report):
+    if not report.skipped or not isinstance(report.longrepr, tuple) or hasattr(report, "wasxfail"):
+        return
+    path, lineno, message = report.longrepr
+    verdict = _missing_module_verdict(message)
+    if verdict is None:
+        return
+    kind, text = verdict
+    if kind == "fail":
+        report.outcome = "failed"
+        report.longrepr = "%s:%s: %s" % (path, lineno, text)
+    else:
+        report.longrepr = (path, lineno, text)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _apply_verdict(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _apply_verdict(outcome.get_result())
 
 
 @pytest.fixture(scope="session", name="test_agent")

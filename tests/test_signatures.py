@@ -9,6 +9,7 @@ import ast
 import inspect
 import pathlib
 import pydoc
+import re
 
 import pytest
 
@@ -128,6 +129,33 @@ def test_signature_defaults_are_the_real_defaults():
     )
 
 
+def _rendered_signature(text, name):
+    """The parameter list pydoc printed after `name` at the start of a line:
+    on one line, or (pydoc from 3.13 on, when it is long) one parameter per
+    line, with the class body's " |  " margins removed."""
+    lines = "\n".join(re.sub(r"^[ |]*", "", line) for line in text.splitlines())
+    found = re.search(r"(?m)^%s\(" % re.escape(name), lines)
+    assert found, "help() shows no %s(...) line:\n%s" % (name, text[:2000])
+    start, depth = found.end() - 1, 0
+    for end in range(start, len(lines)):
+        depth += {"(": 1, ")": -1}.get(lines[end], 0)
+        if depth == 0:
+            return lines[start : end + 1]
+    raise AssertionError("unbalanced parameter list after %s( in help():\n%s" % (name, lines[start:]))
+
+
+def _parameters(parameter_list):
+    """A parameter list as Python parses it: layout, line breaks and a
+    trailing comma do not count, nor whether an annotation is quoted (a
+    module with `from __future__ import annotations` has string annotations,
+    which pydoc from 3.14 on prints unquoted)."""
+    arguments = ast.parse("def f%s: pass" % parameter_list).body[0].args
+    for node in ast.walk(arguments):
+        if isinstance(node, ast.arg) and isinstance(node.annotation, ast.Constant) and isinstance(node.annotation.value, str):
+            node.annotation = ast.parse(node.annotation.value, mode="eval").body
+    return ast.dump(arguments)
+
+
 @pytest.mark.parametrize(
     "obj",
     [spanpack.Packer, spanpack.packb, spanpack.TraceMsgPackEncoder, _spanpack.TraceEncoder],
@@ -139,4 +167,14 @@ def test_help_shows_real_parameters(obj):
     # help() shows the call with its real parameters (the generic slot
     # wrappers such as __init__ still list *args, as for every C type)
     text = pydoc.render_doc(obj, renderer=pydoc.plaintext)
-    assert "%s%s" % (obj.__name__, signature) in text
+    assert _parameters(_rendered_signature(text, obj.__name__)) == _parameters(str(signature))
+
+
+def test_rendered_signature_reads_both_layouts():
+    one_line = "class P(builtins.object)\n |  P(a, /, b=None, *, c=(1, 2))\n |  \n |  doc\n"
+    per_line = "class P(builtins.object)\n |  P(\n |      a,\n |      /,\n |      b=None,\n |      *,\n |      c=(1, 2)\n |  )\n"
+    assert _rendered_signature(one_line, "P") == "(a, /, b=None, *, c=(1, 2))"
+    assert _parameters(_rendered_signature(per_line, "P")) == _parameters("(a, /, b=None, *, c=(1, 2))")
+    assert _parameters("(a, b=None)") != _parameters("(a, *, b=None)")
+    assert _parameters("(a: 'Optional[int]' = None)") == _parameters("(a: Optional[int] = None)")
+    assert _parameters("(a: 'Optional[int]' = None)") != _parameters("(a: Optional[str] = None)")
