@@ -48,6 +48,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -179,9 +180,12 @@ def cmd_sdist(args):
 class Target:
     """The interpreter a wheel is built and tested with, maybe in a chroot."""
 
-    def __init__(self, python, chroot):
+    def __init__(self, python, chroot, runner=None):
         self.python = python
         self.chroot = os.path.abspath(chroot) if chroot else None
+        self.runner = shlex.split(runner) if runner else None
+        if self.runner and not self.chroot:
+            fail("--runner needs --chroot: the directory it runs commands in")
         probe = ("import json, platform, sys; print(json.dumps({'tag': 'cp%d%d' % sys.version_info[:2], "
                  "'version': platform.python_version(), 'machine': platform.machine(), "
                  "'libc': ' '.join(platform.libc_ver())}))")
@@ -198,6 +202,8 @@ class Target:
         return " in chroot %s" % self.chroot if self.chroot else ""
 
     def command(self, argv):
+        if self.runner:
+            return self.runner + argv
         return ["chroot", self.chroot] + argv if self.chroot else argv
 
     def stage(self):
@@ -212,7 +218,7 @@ class Target:
     def worker(self, stage_host, stage_inner, argv):
         shutil.copy2(os.path.abspath(__file__), os.path.join(stage_host, "wheels.py"))
         cmd = self.command([self.python, os.path.join(stage_inner, "wheels.py")] + argv)
-        run(cmd, cwd=stage_host)
+        run(cmd)
 
 
 def wheel_for(dist, target):
@@ -227,7 +233,7 @@ def wheel_for(dist, target):
 def cmd_build(args):
     os.makedirs(args.dist, exist_ok=True)
     sdist = sdist_path(args.dist)
-    target = Target(args.python, args.chroot)
+    target = Target(args.python, args.chroot, args.runner)
     start = time.monotonic()
     stage_host, stage_inner = target.stage()
     try:
@@ -280,7 +286,7 @@ def check_wheel_contents(wheel, sdist, target):
 
 def cmd_test(args):
     sdist = sdist_path(args.dist)
-    target = Target(args.python, args.chroot)
+    target = Target(args.python, args.chroot, args.runner)
     wheel = wheel_for(args.dist, target)
     start = time.monotonic()
     stage_host, stage_inner = target.stage()
@@ -331,9 +337,9 @@ def cmd_summary(args):
     with open(path, encoding="utf-8") as f:
         for line in f:
             entry = json.loads(line)
-            latest[(entry["step"], entry.get("wheel") or entry.get("file"))] = entry
+            latest[(entry["step"], entry.get("wheel") or entry.get("file"), entry.get("suite"))] = entry
     print("%-70s %9s %-22s %7s  %s" % ("file", "bytes", "auditwheel tag", "seconds", "tests"))
-    for (step, name), entry in sorted(latest.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (step, name, _), entry in sorted(latest.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         if step == "sdist":
             print("%-70s %9d %-22s %7.0f  %d files checked present" % (
                 name, entry["bytes"], "-", entry["seconds"], entry["files"]))
@@ -344,6 +350,19 @@ def cmd_summary(args):
         else:
             print("%-70s %9s %-22s %7.0f  %s suite: %s" % (
                 name, "", "", entry["seconds"], entry["suite"], counts_text(entry["counts"])))
+    tests = [entry for (step, _, _), entry in latest.items() if step == "test"]
+    totals = {k: sum(e["counts"].get(k, 0) for e in tests) for k in ("passed", "failed", "errors", "skipped")}
+    # A test step whose pytest failed without counting a failure (it crashed,
+    # or collected nothing) still counts as one.
+    totals["failed"] += sum(1 for e in tests if e["returncode"] != 0
+                            and not (e["counts"].get("failed") or e["counts"].get("errors")))
+    seconds = sum(e["seconds"] for e in latest.values())
+    # The last line in pytest's summary form, for CI's log readers.
+    print("=" * 20 + " %d passed, %d failed, %d errors, %d skipped in %.2fs (%d wheel test runs) "
+          % (totals["passed"], totals["failed"], totals["errors"], totals["skipped"], seconds, len(tests))
+          + "=" * 20)
+    if totals["failed"] or totals["errors"]:
+        sys.exit(1)
 
 
 # ---------------------------------------------------------------------------
@@ -565,6 +584,8 @@ def main():
         p.add_argument("--python", required=True,
                        help="the interpreter (a path or a name, inside the chroot if given)")
         p.add_argument("--chroot", help="run the interpreter in this chroot")
+        p.add_argument("--runner", help="the command that runs a command in the chroot, if not"
+                       " `chroot DIR` (e.g. one that mounts /proc first), split like a shell")
     sub.choices["build"].add_argument(
         "--plat", default="manylinux_2_17",
         help="the manylinux policy the wheel must meet, without the arch (default: %(default)s)")
