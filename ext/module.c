@@ -130,7 +130,7 @@ spanpack_exec(PyObject *module)
     state->span_field_warning = PyErr_NewExceptionWithDoc(
         "spanpack.SpanFieldWarning",
         "A span class keeps a field under another common name (tags for meta, duration for "
-        "duration_ns, ...), which is not written; raised once per class, at its first span. "
+        "duration_ns, ...), which is not written; issued once per class, at its first span. "
         "Map the field with fields= to read it or to silence the warning.",
         PyExc_UserWarning, NULL);
     if (state->span_field_warning == NULL ||
