@@ -78,8 +78,9 @@ static void
 list_required_span_fields(SpanFieldReader *reader)
 {
     reader->required_span_count = 0;
+    /* (trace_id is checked apart, with its type: spanvalues_missing_required.) */
     for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
-        if (reader->required & (1u << i)) {
+        if (i != SF_TRACE_ID && (reader->required & (1u << i))) {
             reader->required_span_fields[reader->required_span_count++] = (SpanField)i;
         }
     }

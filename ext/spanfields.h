@@ -184,8 +184,9 @@ typedef struct {
     PyObject *warned_types;
     /* Fields a span must have (bit i: field i); the others may be absent. */
     uint32_t required;
-    /* The same per-span ones as a list, for the
-     * check every span goes through. */
+    /* The same per-span ones but trace_id (checked with its type, see
+     * spanvalues_missing_required) as a list, for the check every span goes
+     * through. */
     SpanField required_span_fields[SF_COUNT];
     int required_span_count;
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
@@ -244,16 +245,22 @@ int spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow
 void spanvalues_own(SpanValues *values);
 
 /* The first required per-span field that `values` (read over the per-span
- * fields) lacks, or -1. */
+ * fields) lacks, or -1; SF_COUNT when they are all there but trace_id is
+ * not an int (every span's is checked: a type check on the value read with
+ * the others). */
 static inline int
 spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values)
 {
+    PyObject *trace_id = values->value[SF_TRACE_ID];
+    if (SP_UNLIKELY(trace_id == NULL)) {
+        return SF_TRACE_ID;
+    }
     for (int k = 0; k < reader->required_span_count; k++) {
         if (values->value[reader->required_span_fields[k]] == NULL) {
             return (int)reader->required_span_fields[k];
         }
     }
-    return -1;
+    return SP_LIKELY(PyLong_Check(trace_id)) ? -1 : SF_COUNT;
 }
 
 /* The text fields a writer may want to look ahead at (e.g. to prefetch their

@@ -339,11 +339,11 @@ static inline int
 check_required_fields(SpanWriter *w, const SpanValues *values)
 {
     int missing = spanvalues_missing_required(w->reader, values);
-    if (SP_UNLIKELY(missing >= 0)) {
-        return raise_missing_field(w, missing);
+    if (SP_LIKELY(missing < 0)) {
+        return 0;
     }
-    PyObject *trace_id = values->value[SF_TRACE_ID];
-    return SP_LIKELY(PyLong_Check(trace_id)) ? 0 : raise_trace_id_not_int(w, trace_id);
+    return missing < SF_COUNT ? raise_missing_field(w, missing)
+                              : raise_trace_id_not_int(w, values->value[SF_TRACE_ID]);
 }
 
 /* A dict-valued field: NULL/None is an empty dict; anything else but a dict
