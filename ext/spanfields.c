@@ -789,11 +789,11 @@ warn_other_names(SpanFieldReader *reader, PyTypeObject *type, PyObject *span,
         goto done;
     }
     int several = PyDict_GET_SIZE(found) > 1;
-    message = PyUnicode_FromFormat("span class %U has %U, which spanpack does not write: encode "
-                                   "with fields=%R to write %s, or map the field%s to silence "
-                                   "this warning",
-                                   name, listed, found, several ? "them" : "it",
-                                   several ? "s" : "");
+    message =
+        PyUnicode_FromFormat("span class %U has %U, which spanpack does not write: encode "
+                             "with fields=%R to write %s, or map the field%s to silence "
+                             "this warning",
+                             name, listed, found, several ? "them" : "it", several ? "s" : "");
     if (message == NULL) {
         goto done;
     }
@@ -871,8 +871,8 @@ check_mapped_names(SpanFieldReader *reader, PyTypeObject *type, const FieldAcces
  * copies what it needs before it runs any Python code itself.  NULL with an
  * error, *failed naming the field (-1: none), when the class's names are
  * refused or a warning raised. */
-static SP_NOINLINE SpanTypeLayout *
-layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int *failed);
+static SP_NOINLINE SpanTypeLayout *layout_resolve(SpanFieldReader *reader, PyTypeObject *type,
+                                                  PyObject *span, int *failed);
 
 static inline SpanTypeLayout *
 layout_for(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int *failed)
@@ -1102,8 +1102,9 @@ is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
 int
 spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value)
 {
-    if (PyDict_Check(span) || !(reader->ddtrace_fields || (reader->ddtrace_span_type != NULL &&
-                                                           PyObject_TypeCheck(span, reader->ddtrace_span_type)))) {
+    if (PyDict_Check(span) ||
+        !(reader->ddtrace_fields || (reader->ddtrace_span_type != NULL &&
+                                     PyObject_TypeCheck(span, reader->ddtrace_span_type)))) {
         return spanfields_read_one(reader, span, SF_ORIGIN, value);
     }
     PyObject *context, *meta = NULL;

@@ -42,7 +42,7 @@
     /* Exceptions raised by the buffered trace encoder (trace_encoder.c). */                       \
     X(buffer_full_error)                                                                           \
     X(buffer_item_too_large_error)                                                                 \
-    /* spanpack.SpanFieldWarning, a field kept under another name: module exec. */               \
+    /* spanpack.SpanFieldWarning, a field kept under another name: module exec. */                 \
     X(span_field_warning)
 
 /* Interned str: X(member, text). */
