@@ -39,6 +39,77 @@ span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, cons
     return -1;
 }
 
+/* Append `note` to the exception's notes, as BaseException.add_note does
+ * (a method from CPython 3.11; on older versions the list is set directly,
+ * which 3.11's tracebacks would show the same way).  An exception that
+ * carries the same note already (located once before) is left alone. */
+static int
+exception_add_note(PyObject *exception, PyObject *note)
+{
+    PyObject *notes = NULL;
+    int result = -1;
+    notes = PyObject_GetAttrString(exception, "__notes__");
+    if (notes == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    }
+    if (notes != NULL && PyList_Check(notes)) {
+        int known = PySequence_Contains(notes, note);
+        if (known != 0) {
+            result = known < 0 ? -1 : 0;
+            goto done;
+        }
+    }
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *added = PyObject_CallMethod(exception, "add_note", "O", note);
+    result = added != NULL ? 0 : -1;
+    Py_XDECREF(added);
+#else
+    if (notes == NULL) {
+        notes = PyList_New(0);
+        if (notes == NULL || PyObject_SetAttrString(exception, "__notes__", notes) < 0) {
+            goto done;
+        }
+    }
+    if (!PyList_Check(notes)) {
+        PyErr_SetString(PyExc_TypeError, "Cannot add note: __notes__ is not a list");
+        goto done;
+    }
+    result = PyList_Append(notes, note);
+#endif
+done:
+    Py_XDECREF(notes);
+    return result;
+}
+
+/* Add the location to the current exception as a note (see span_reraise);
+ * if that fails, the exception stays as it was. */
+static void
+add_location_note(SpanWriter *w, const char *field, PyObject *key)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value == NULL || !PyObject_TypeCheck(value, (PyTypeObject *)PyExc_Exception)) {
+        PyErr_Restore(type, value, traceback); /* KeyboardInterrupt, SystemExit: as they are */
+        return;
+    }
+    if (traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    PyObject *note = key != NULL ? PyUnicode_FromFormat("trace %zd, span %zd, field %s key %R",
+                                                        w->trace_index, w->span_index, field, key)
+                                 : PyUnicode_FromFormat("trace %zd, span %zd, field %s",
+                                                        w->trace_index, w->span_index, field);
+    if (note == NULL || exception_add_note(value, note) < 0) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(note);
+    PyErr_Restore(type, value, traceback);
+}
+
 int
 span_reraise(SpanWriter *w, const char *field, PyObject *key)
 {
@@ -58,6 +129,9 @@ span_reraise(SpanWriter *w, const char *field, PyObject *key)
         type = PyExc_AttributeError; /* raised by a span's getter */
     }
     if (type == NULL) {
+        Py_XINCREF(key); /* naming it may run Python code */
+        add_location_note(w, field, key);
+        Py_XDECREF(key);
         return -1;
     }
     PyObject *exc_type, *exc_value, *exc_tb;
@@ -389,8 +463,7 @@ read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
         return raise_missing_field(w, SF_TRACE_ID);
     }
     if (!PyLong_Check(value)) {
-        return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
-                          Py_TYPE(value)->tp_name);
+        return raise_trace_id_not_int(w, value);
     }
     uint64_t low;
     if (pyint_as_u64(value, &low) == 0) {
@@ -435,7 +508,9 @@ trace_info_read(SpanWriter *w, PyObject *first_span, TraceInfo *info)
     info->origin = NULL;
     w->span_index = 0;
     if (spanfields_read(w->reader, first_span, SF_TRACE_ID, SF_TRACE_ID, &values) < 0) {
-        return span_reraise(w, "trace_id", NULL);
+        /* (The first span of a class may fail on another field's name.) */
+        return span_reraise(w, span_field_names[values.failed >= 0 ? values.failed : SF_TRACE_ID],
+                            NULL);
     }
     int result = read_trace_id(w, values.value[SF_TRACE_ID], info);
     Py_XDECREF(values.value[SF_TRACE_ID]);
@@ -829,4 +904,11 @@ raise_missing_field(SpanWriter *w, int field)
     }
     return span_error(w, PyExc_TypeError, span_field_names[field], NULL,
                       "missing (no attribute or key %R)", w->reader->attribute[field]);
+}
+
+int
+raise_trace_id_not_int(SpanWriter *w, PyObject *trace_id)
+{
+    return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
+                      Py_TYPE(trace_id)->tp_name);
 }

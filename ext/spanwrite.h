@@ -42,8 +42,11 @@ int span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, 
                ...);
 
 /* Re-raise the current exception with the location prefixed when it is a
- * TypeError or ValueError (OverflowError and UnicodeError become ValueError),
- * the original as __cause__; other exceptions pass through.  Returns -1. */
+ * TypeError, ValueError or AttributeError (OverflowError and UnicodeError
+ * become ValueError), the original as __cause__; any other Exception keeps
+ * its type and gets the location as a note (PEP 678: "trace T, span S,
+ * field F[ key K]", in __notes__, which tracebacks show from CPython 3.11).
+ * Returns -1. */
 int span_reraise(SpanWriter *w, const char *field, PyObject *key);
 
 /* Text: str, bytes or bytearray (and None where the field allows).  The
@@ -327,13 +330,20 @@ span_values_release(SpanWriter *w, SpanValues *v)
 }
 
 int raise_missing_field(SpanWriter *w, int field);
+int raise_trace_id_not_int(SpanWriter *w, PyObject *trace_id);
 
-/* TypeError naming the first required field the span lacks. */
+/* TypeError naming the first required field the span lacks, or a trace_id
+ * that is not an int (every span's is checked; the first span's is the one
+ * written, and its range is checked by trace_info_read). */
 static inline int
 check_required_fields(SpanWriter *w, const SpanValues *values)
 {
     int missing = spanvalues_missing_required(w->reader, values);
-    return SP_LIKELY(missing < 0) ? 0 : raise_missing_field(w, missing);
+    if (SP_LIKELY(missing < 0)) {
+        return 0;
+    }
+    return missing < SF_COUNT ? raise_missing_field(w, missing)
+                              : raise_trace_id_not_int(w, values->value[SF_TRACE_ID]);
 }
 
 /* A dict-valued field: NULL/None is an empty dict; anything else but a dict
