@@ -412,3 +412,22 @@ def test_the_tracer_version_header_is_settable_for_every_version(server, writers
 def test_a_header_option_with_a_line_break_is_refused_at_construction():
     with pytest.raises(ValueError, match="tracer_version"):
         AgentWriter("http://127.0.0.1:1", version="v0.4", tracer_version="1.0\r\nX-Evil: 1")
+
+
+def test_a_connection_the_agent_closed_while_idle_is_not_used(server, writers):
+    # Nothing may be sent into a connection the agent has closed: the payload
+    # would be lost as "unconfirmed".  The writer sees the close and reconnects.
+    server.script.extend(["ok_then_close", "ok_then_close"])
+    writer = writers(server.url, version="v0.4")
+    ids = []
+    import select
+
+    for round_ in range(3):
+        ids += _write_n(writer, 2)
+        assert writer.flush(timeout=10)
+        if round_ < 2:  # let the close reach the writer's socket before the next payload
+            sock = writer._connection._sock
+            assert sock is not None and select.select([sock], [], [], 10)[0]
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 6 and stats["traces_sent_unconfirmed"] == 0 and stats["retries"] == 0
+    assert sorted(server.accepted_ids()) == ids and server.connections == 3
