@@ -18,6 +18,8 @@ trace agent: ``GET /info`` lists the endpoints it was given, and a trace
 ``"huge"``               read the body, answer 200 with an endless chunked body
                          (until the client goes, at most 64 MiB)
 ``"deep_json"``          read the body, answer 200 with JSON nested 100,000 deep
+``"ok_then_close"``      answer 200 (keep-alive as far as the client can tell),
+                         then close the connection: an agent's idle timeout
 
 ``info_body`` (bytes), when set, is the ``/info`` reply's body instead of the
 endpoints.  A payload counts as accepted when a 2xx answer was begun for it
@@ -323,6 +325,12 @@ class FaultServer:
         if action == "deep_json":
             _reply(conn, 200, b"[" * 100_000 + b"]" * 100_000)
             return True
+        if action == "ok_then_close" and payload is not None:
+            with self._changed:
+                self.accepted.append(payload)
+                self._changed.notify_all()
+            _reply(conn, 200, json.dumps(RATES).encode())
+            return False
         if action != "ok" and not isinstance(action, tuple):
             # reset_before_body from a rule comes too late (the body is read): a test bug.
             with self._changed:

@@ -42,10 +42,13 @@ def test_a_signal_handler_raising_inside_write_keeps_the_ledger(server, writers)
     """An exception from a signal handler, at whatever point of write() the
     timer fires, leaves every trace in exactly one count and the thread alive."""
     fired = []
+    armed = [False]  # the handler raises only while armed: never outside the try blocks below
 
     def on_alarm(signum, frame):
         fired.append(1)
-        raise Interrupt()
+        if armed[0]:
+            armed[0] = False
+            raise Interrupt()
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     writer = writers(server.url, version="v0.4", flush_interval=0.05, timeout=20.0)
@@ -63,13 +66,18 @@ def test_a_signal_handler_raising_inside_write_keeps_the_ledger(server, writers)
         per_write = (time.perf_counter() - started) / 3
         assert writer.flush(timeout=10)
         for attempt in range(60):  # the timer lands at a different point each time
-            signal.setitimer(signal.ITIMER_REAL, per_write * (0.1 + 0.9 * (attempt % 11) / 11))
+            armed[0] = True
             try:
+                signal.setitimer(signal.ITIMER_REAL, per_write * (0.1 + 0.9 * (attempt % 11) / 11))
                 writer.write(big)
             except Interrupt:
                 raised.append(attempt)
             try:
-                time.sleep(per_write * 2)  # a late alarm fires here, outside write()
+                for _ in range(5000):  # a late alarm fires here, outside write() (at most 5 s)
+                    if not armed[0]:
+                        break
+                    time.sleep(0.001)
+                armed[0] = False
             except Interrupt:
                 pass
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -404,3 +412,22 @@ def test_the_tracer_version_header_is_settable_for_every_version(server, writers
 def test_a_header_option_with_a_line_break_is_refused_at_construction():
     with pytest.raises(ValueError, match="tracer_version"):
         AgentWriter("http://127.0.0.1:1", version="v0.4", tracer_version="1.0\r\nX-Evil: 1")
+
+
+def test_a_connection_the_agent_closed_while_idle_is_not_used(server, writers):
+    # Nothing may be sent into a connection the agent has closed: the payload
+    # would be lost as "unconfirmed".  The writer sees the close and reconnects.
+    server.script.extend(["ok_then_close", "ok_then_close"])
+    writer = writers(server.url, version="v0.4")
+    ids = []
+    import select
+
+    for round_ in range(3):
+        ids += _write_n(writer, 2)
+        assert writer.flush(timeout=10)
+        if round_ < 2:  # let the close reach the writer's socket before the next payload
+            sock = writer._connection._sock
+            assert sock is not None and select.select([sock], [], [], 10)[0]
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 6 and stats["traces_sent_unconfirmed"] == 0 and stats["retries"] == 0
+    assert sorted(server.accepted_ids()) == ids and server.connections == 3
