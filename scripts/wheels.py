@@ -460,7 +460,7 @@ def assert_no_compiler(env, python, scratch):
     return attempts
 
 
-def test_requirements(wheel, suite):
+def requirements_for_suite(wheel, suite):
     """The wheel with its test extra (full), or with the part of the extra the
     quick suite imports, each with the marker the wheel's metadata gives it."""
     if suite == "full":
@@ -534,7 +534,7 @@ def worker_test(wheel, sdist, suite, keyword):
     log("compile attempts fail: %s" % "; ".join(attempts))
     install_start = time.monotonic()
     run([python, "-m", "pip", "install", "-q", "--only-binary", ":all:"]
-        + test_requirements(wheel, suite), env=env)
+        + requirements_for_suite(wheel, suite), env=env)
     install_seconds = time.monotonic() - install_start
     # The tests, from the sdist, in a directory holding no spanpack package.
     rundir = os.path.join(scratch, "run")
