@@ -222,7 +222,7 @@ def test_agent_v10_equals_v04(test_agent, traces, form):
         assert_same(got, expected, entry)
 
 
-@pytest.fixture(name="ddtrace")
+@pytest.fixture(name="ddtrace", scope="module")
 def _ddtrace_fixture():
     # The [test] extra installs ddtrace on 3.9-3.14 only (tests/conftest.py
     # makes this skip a failure in CI where it installs).
