@@ -169,7 +169,9 @@ v05_error_value_slow(SpanWriter *w, PyObject *value, long *out)
         return span_reraise(w, "error", NULL);
     }
     if (overflow != 0 || *out < INT32_MIN || *out > INT32_MAX) {
-        return span_error(w, PyExc_ValueError, "error", NULL, "%R does not fit in 32 bits", value);
+        /* Beyond the int32 the agent reads: an error all the same, written
+         * as v0.4 writes every error (1), so every version takes it. */
+        *out = 1;
     }
     return 0;
 }

@@ -355,13 +355,14 @@ ascii_text(PyObject *value, Py_ssize_t *size)
     return NULL;
 }
 
-/* "-N" with N a decimal in [1, 2**32): the sampling mechanism N. */
+/* "-N" with N a decimal in [1, 2**32) without leading zeros (the text the
+ * agent rebuilds from the number): the sampling mechanism N. */
 static int
 parse_decision_maker(PyObject *value, uint32_t *mechanism)
 {
     Py_ssize_t size;
     const char *text = ascii_text(value, &size);
-    if (text == NULL || size < 2 || size > 11 || text[0] != '-') {
+    if (text == NULL || size < 2 || size > 11 || text[0] != '-' || text[1] == '0') {
         return 0;
     }
     uint64_t number = 0;
@@ -487,13 +488,16 @@ v10_take_meta_tag(V10Writer *v10, int tag, PyObject *key, PyObject *value)
         break;
     case MOVED_TRACE_ID_HIGH:
         /* The tag leaves only when the chunk's trace id says the same: 16
-         * lowercase hex digits, not all zero, that give the high half (the
-         * first span of a 64-bit trace id) or equal it.  Any other text
+         * lowercase hex digits, not all zero, on the first span, that give
+         * the high half (a 64-bit trace id) or equal it.  Any other text
          * stays an attribute, as v0.4 keeps it. */
         if (!parse_trace_id_high(value, &high) || high == 0) {
             return 0;
         }
-        if (v10->trace_id_high == 0 && first_span) {
+        if (!first_span) {
+            return 0; /* a later span's tag is its own, as in v0.4 */
+        }
+        if (v10->trace_id_high == 0) {
             v10->trace_id_high = high;
         }
         else if (high != v10->trace_id_high) {
@@ -501,7 +505,11 @@ v10_take_meta_tag(V10Writer *v10, int tag, PyObject *key, PyObject *value)
         }
         break;
     case MOVED_ORIGIN:
-        if (v10->origin == NULL) {
+        /* Only text that cannot be refused gives way silently; other text
+         * stays an attribute (checked, refused or dropped as in v0.4), which
+         * the chunk's origin overrides in the agent as v0.4's second
+         * `_dd.origin` entry does. */
+        if (v10->origin == NULL || !PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) {
             return 0;
         }
         break;
