@@ -264,6 +264,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
     if (span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||
         (parent != NULL && parent != Py_None &&
          span_uint64(w, parent, "parent_id", &parent_id) < 0) ||
+        (v.value[SF_START] == Py_None && span_int_error(w, Py_None, "start_ns", 1) < 0) ||
         span_time_clamped(w, v.value[SF_START], "start_ns", &start) < 0 ||
         span_time_clamped(w, v.value[SF_DURATION], "duration_ns", &duration) < 0 ||
         v05_error_value(w, error_obj, &error_value) < 0) {
