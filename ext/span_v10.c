@@ -392,9 +392,7 @@ parse_trace_id_high(PyObject *value, uint64_t *high)
     uint64_t number = 0;
     for (Py_ssize_t i = 0; i < size; i++) {
         char c = text[i];
-        int digit = c >= '0' && c <= '9'   ? c - '0'
-                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                           : -1;
+        int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         if (digit < 0) {
             return 0;
         }
@@ -557,9 +555,7 @@ span_kind_number(const char *text, Py_ssize_t size)
 {
     switch (size) {
     case 6:
-        return memcmp(text, "server", 6) == 0   ? 2
-               : memcmp(text, "client", 6) == 0 ? 3
-                                                : 0;
+        return memcmp(text, "server", 6) == 0 ? 2 : memcmp(text, "client", 6) == 0 ? 3 : 0;
     case 8:
         return memcmp(text, "producer", 8) == 0   ? 4
                : memcmp(text, "consumer", 8) == 0 ? 5
@@ -824,8 +820,7 @@ v10_write_field_tag_checked(V10Writer *v10, int field_key, int tag)
 {
     SpanWriter *w = &v10->base;
     Py_ssize_t start = outbuf_len(w->out);
-    if (v10_write_text_field_of(w, field_key, v10->field_tag[tag], v10->field_tag_key[tag]) ==
-        0) {
+    if (v10_write_text_field_of(w, field_key, v10->field_tag[tag], v10->field_tag_key[tag]) == 0) {
         return 0;
     }
     if (!w->lenient ||

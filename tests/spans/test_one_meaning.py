@@ -41,6 +41,10 @@ class Ratio(float):
     pass
 
 
+class Count(int):
+    pass
+
+
 class Level(enum.IntEnum):
     LOW = 1
     HIGH = 3
@@ -54,7 +58,7 @@ def _subclassed(value: Any) -> Any:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return Level.HIGH if value == 3 else int.__new__(type("Count", (int,), {}), value)
+        return Level.HIGH if value == 3 else Count(value)
     if isinstance(value, float):
         return Ratio(value)
     if isinstance(value, str):
