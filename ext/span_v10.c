@@ -89,6 +89,10 @@ typedef struct {
      * exact ASCII str): named in its error, or its drop (lenient); new
      * references, or NULL. */
     PyObject *field_tag_key[V10_SPAN_FIELD_TAGS];
+    /* A `_dd.origin` tag that gave way to the trace's origin but may yet
+     * prove bad text, and its key (new references, or NULL). */
+    PyObject *origin_tag;
+    PyObject *origin_tag_key;
     uint32_t kind;
     /* Per trace: the first key object found to name each tag (new
      * references).  Tags that move are never streamed, so their keys miss
@@ -412,6 +416,8 @@ v10_moved_release(V10Writer *v10)
         Py_CLEAR(v10->field_tag[i]);
         Py_CLEAR(v10->field_tag_key[i]);
     }
+    Py_CLEAR(v10->origin_tag);
+    Py_CLEAR(v10->origin_tag_key);
     v10->moved = 0;
     v10->moved_count = 0;
     v10->kind = 0;
@@ -503,12 +509,15 @@ v10_take_meta_tag(V10Writer *v10, int tag, PyObject *key, PyObject *value)
         }
         break;
     case MOVED_ORIGIN:
-        /* Only text that cannot be refused gives way silently; other text
-         * stays an attribute (checked, refused or dropped as in v0.4), which
-         * the chunk's origin overrides in the agent as v0.4's second
-         * `_dd.origin` entry does. */
-        if (v10->origin == NULL || !PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) {
+        /* Gives way to the trace's origin, as v0.4's second `_dd.origin`
+         * entry overrides it; text that may be bad is checked when the span
+         * ends (v10_check_origin_tag), as v0.4 writes it. */
+        if (v10->origin == NULL) {
             return 0;
+        }
+        if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) {
+            v10->origin_tag = Py_NewRef(value);
+            v10->origin_tag_key = Py_NewRef(key);
         }
         break;
     case MOVED_DECISION_MAKER:
@@ -845,6 +854,30 @@ v10_write_field_tag(V10Writer *v10, int field_key, int tag)
     return v10_write_field_tag_checked(v10, field_key, tag);
 }
 
+/* A `_dd.origin` tag that gave way to the trace's origin, not written: its
+ * text checked as v0.4 writes it (an error naming the key, or in lenient mode
+ * the tag counted as dropped), so that both take the same traces. */
+static SP_NOINLINE int
+v10_check_origin_tag(V10Writer *v10)
+{
+    SpanWriter *w = &v10->base;
+    PreparedText text;
+    int prepared = text_prepare(w, v10->origin_tag, "meta", v10->origin_tag_key, &text);
+    if (prepared >= 0) {
+        if (prepared > 0) {
+            Py_DECREF(text.object);
+        }
+        return 0;
+    }
+    if (!w->lenient ||
+        !(PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError))) {
+        return -1;
+    }
+    PyErr_Clear();
+    w->dropped_tags++;
+    return 0;
+}
+
 /* start and duration: uint64 in the format, but the rule of every version
  * (span_time_clamped): within 64 bits, clamped to [0, 2**63 - 1], as the
  * agent reads a negative duration (0) and as v0.5 writes it. */
@@ -955,7 +988,8 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         (tag[MOVED_VERSION] != NULL &&
          v10_write_field_tag(v10, V10_SPAN_VERSION, MOVED_VERSION) < 0) ||
         (tag[MOVED_COMPONENT] != NULL &&
-         v10_write_field_tag(v10, V10_SPAN_COMPONENT, MOVED_COMPONENT) < 0)) {
+         v10_write_field_tag(v10, V10_SPAN_COMPONENT, MOVED_COMPONENT) < 0) ||
+        (v10->origin_tag != NULL && v10_check_origin_tag(v10) < 0)) {
         goto error;
     }
     /* A span.kind tag: its OTel number (no tag: no kind, OTel's unspecified). */
