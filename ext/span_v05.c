@@ -227,13 +227,14 @@ v05_check_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return result;
 }
 
-/* meta_struct: accepted or refused as in v0.4 and v1.0, then dropped, each
- * entry counted in dropped_tags (never dropped unseen). */
-static int
+/* meta_struct (not None): accepted or refused as in v0.4 and v1.0, then
+ * dropped, each entry counted in dropped_tags (never dropped unseen). */
+static SP_NOINLINE int
 v05_drop_meta_struct(SpanWriter *w, PyObject *meta_struct)
 {
     Py_ssize_t checked;
-    if (write_dict_entries(w, meta_struct, "meta_struct", v05_check_meta_struct_entry, 1,
+    if (check_dict_field(w, meta_struct, "meta_struct") < 0 ||
+        write_dict_entries(w, meta_struct, "meta_struct", v05_check_meta_struct_entry, 1,
                            &checked) < 0) {
         return -1;
     }
@@ -271,8 +272,8 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
         goto done;
     }
     if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0 ||
-        check_dict_field(w, meta_struct, "meta_struct") < 0 ||
-        v05_drop_meta_struct(w, meta_struct) < 0) {
+        (SP_UNLIKELY(meta_struct != NULL && meta_struct != Py_None) &&
+         v05_drop_meta_struct(w, meta_struct) < 0)) {
         goto done;
     }
     Py_ssize_t links_count = field_length(w, v.value[SF_LINKS], "links");

@@ -93,6 +93,7 @@ typedef struct {
      * prove bad text, and its key (new references, or NULL). */
     PyObject *origin_tag;
     PyObject *origin_tag_key;
+    int has_text_to_check; /* any of the above is set */
     uint32_t kind;
     /* Per trace: the first key object found to name each tag (new
      * references).  Tags that move are never streamed, so their keys miss
@@ -242,31 +243,55 @@ v10_write_text_field_of(SpanWriter *w, int field_key, PyObject *value, PyObject 
  * Links and events: converted in Python (spanpack._extras) into plain
  * integer-keyed maps, written here with every str streamed. */
 
+/* An int (exact or a subclass) within int64 or uint64. */
+static inline int
+v10_write_plain_int(SpanWriter *w, PyObject *obj, const char *field)
+{
+    uint64_t magnitude;
+    int negative;
+    if (pyint_magnitude64(obj, &magnitude, &negative) != 0 ||
+        (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
+        return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", obj);
+    }
+    return negative ? mp_write_int(w->out, (int64_t)((uint64_t)0 - magnitude))
+                    : mp_write_uint(w->out, magnitude);
+}
+
+/* Subclasses of str, int and float (a StrEnum, an IntEnum, numpy.float64)
+ * as their base values, as v0.4 and v0.5 write them; anything else is
+ * refused.  (Tested after the exact types: a subtype test walks the MRO.) */
+static SP_NOINLINE int
+v10_write_plain_subclass(SpanWriter *w, PyObject *obj, const char *field)
+{
+    if (PyUnicode_Check(obj)) {
+        return v10_write_text(w, obj, field, NULL);
+    }
+    if (PyLong_Check(obj)) {
+        return v10_write_plain_int(w, obj, field);
+    }
+    if (PyFloat_Check(obj)) {
+        return mp_write_double(w->out, PyFloat_AS_DOUBLE(obj));
+    }
+    return span_error(w, PyExc_TypeError, field, NULL, "cannot write %.200s",
+                      Py_TYPE(obj)->tp_name);
+}
+
 static int
 v10_write_plain(SpanWriter *w, PyObject *obj, const char *field, int depth)
 {
     if (depth > V10_PLAIN_NEST_LIMIT) {
         return span_error(w, PyExc_ValueError, field, NULL, "nested too deeply");
     }
-    /* Subclasses of str, int and float (a StrEnum, an IntEnum,
-     * numpy.float64) as their base value, as v0.4 and v0.5 write them. */
-    if (PyUnicode_Check(obj)) {
+    if (PyUnicode_CheckExact(obj)) {
         return v10_write_text(w, obj, field, NULL);
     }
     if (PyBool_Check(obj)) {
         return mp_write_byte(w->out, obj == Py_True ? 0xc3 : 0xc2);
     }
-    if (PyLong_Check(obj)) {
-        uint64_t magnitude;
-        int negative;
-        if (pyint_magnitude64(obj, &magnitude, &negative) != 0 ||
-            (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
-            return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", obj);
-        }
-        return negative ? mp_write_int(w->out, (int64_t)((uint64_t)0 - magnitude))
-                        : mp_write_uint(w->out, magnitude);
+    if (PyLong_CheckExact(obj)) {
+        return v10_write_plain_int(w, obj, field);
     }
-    if (PyFloat_Check(obj)) {
+    if (PyFloat_CheckExact(obj)) {
         return mp_write_double(w->out, PyFloat_AS_DOUBLE(obj));
     }
     if (PyBytes_CheckExact(obj)) {
@@ -298,8 +323,7 @@ v10_write_plain(SpanWriter *w, PyObject *obj, const char *field, int depth)
         }
         return 0;
     }
-    return span_error(w, PyExc_TypeError, field, NULL, "cannot write %.200s",
-                      Py_TYPE(obj)->tp_name);
+    return v10_write_plain_subclass(w, obj, field);
 }
 
 /* Convert links or events with `convert` and write them under `field_key`. */
@@ -414,10 +438,15 @@ v10_moved_release(V10Writer *v10)
     }
     for (int i = 0; i < V10_SPAN_FIELD_TAGS; i++) {
         Py_CLEAR(v10->field_tag[i]);
-        Py_CLEAR(v10->field_tag_key[i]);
     }
-    Py_CLEAR(v10->origin_tag);
-    Py_CLEAR(v10->origin_tag_key);
+    if (SP_UNLIKELY(v10->has_text_to_check)) {
+        for (int i = 0; i < V10_SPAN_FIELD_TAGS; i++) {
+            Py_CLEAR(v10->field_tag_key[i]);
+        }
+        Py_CLEAR(v10->origin_tag);
+        Py_CLEAR(v10->origin_tag_key);
+        v10->has_text_to_check = 0;
+    }
     v10->moved = 0;
     v10->moved_count = 0;
     v10->kind = 0;
@@ -474,12 +503,19 @@ v10_take_meta_tag(V10Writer *v10, int tag, PyObject *key, PyObject *value)
     case MOVED_ENV:
     case MOVED_VERSION:
     case MOVED_COMPONENT:
-        /* An empty value stays an attribute: the field would read as none. */
-        if ((PyUnicode_Check(value) ? PyUnicode_GET_LENGTH(value) : Py_SIZE(value)) == 0) {
-            return 0;
+        /* An empty value stays an attribute: the field would read as none.
+         * Text other than an exact ASCII str is checked when written. */
+        if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_IS_ASCII(value))) {
+            if (PyUnicode_GET_LENGTH(value) == 0) {
+                return 0;
+            }
         }
-        if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) {
-            v10->field_tag_key[tag] = Py_NewRef(key); /* its text is checked when written */
+        else {
+            if ((PyUnicode_Check(value) ? PyUnicode_GET_LENGTH(value) : Py_SIZE(value)) == 0) {
+                return 0;
+            }
+            v10->field_tag_key[tag] = Py_NewRef(key);
+            v10->has_text_to_check = 1;
         }
         v10->field_tag[tag] = Py_NewRef(value);
         break;
@@ -518,6 +554,7 @@ v10_take_meta_tag(V10Writer *v10, int tag, PyObject *key, PyObject *value)
         if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) {
             v10->origin_tag = Py_NewRef(value);
             v10->origin_tag_key = Py_NewRef(key);
+            v10->has_text_to_check = 1;
         }
         break;
     case MOVED_DECISION_MAKER:
@@ -989,7 +1026,7 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
          v10_write_field_tag(v10, V10_SPAN_VERSION, MOVED_VERSION) < 0) ||
         (tag[MOVED_COMPONENT] != NULL &&
          v10_write_field_tag(v10, V10_SPAN_COMPONENT, MOVED_COMPONENT) < 0) ||
-        (v10->origin_tag != NULL && v10_check_origin_tag(v10) < 0)) {
+        (SP_UNLIKELY(v10->origin_tag != NULL) && v10_check_origin_tag(v10) < 0)) {
         goto error;
     }
     /* A span.kind tag: its OTel number (no tag: no kind, OTel's unspecified). */
