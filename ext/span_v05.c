@@ -227,7 +227,7 @@ v05_check_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return result;
 }
 
-/* meta_struct (not None): accepted or refused as in v0.4 and v1.0, then
+/* meta_struct (not None or empty): accepted or refused as in v0.4 and v1.0, then
  * dropped, each entry counted in dropped_tags (never dropped unseen). */
 static SP_NOINLINE int
 v05_drop_meta_struct(SpanWriter *w, PyObject *meta_struct)
@@ -272,7 +272,8 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
         goto done;
     }
     if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0 ||
-        (SP_UNLIKELY(meta_struct != NULL && meta_struct != Py_None) &&
+        (meta_struct != NULL && meta_struct != Py_None &&
+         !(PyDict_CheckExact(meta_struct) && PyDict_GET_SIZE(meta_struct) == 0) &&
          v05_drop_meta_struct(w, meta_struct) < 0)) {
         goto done;
     }

@@ -430,6 +430,34 @@ parse_trace_id_high(PyObject *value, uint64_t *high)
     return 1;
 }
 
+/* The 8 lowercase hex digits of `value`, as a uint64 whose big-endian bytes
+ * are the text (nibbles spread one to a byte, then each made its digit). */
+static inline uint64_t
+hex8_of(uint32_t value)
+{
+    uint64_t x = value;
+    x = ((x & 0xFFFF0000u) << 16) | (x & 0xFFFFu);
+    x = ((x & UINT64_C(0x0000FF000000FF00)) << 8) | (x & UINT64_C(0x000000FF000000FF));
+    x = ((x & UINT64_C(0x00F000F000F000F0)) << 4) | (x & UINT64_C(0x000F000F000F000F));
+    uint64_t above_nine = ((x + UINT64_C(0x0606060606060606)) >> 4) & UINT64_C(0x0101010101010101);
+    return x + UINT64_C(0x3030303030303030) + above_nine * ('a' - '0' - 10);
+}
+
+/* Is `value` the 16 lowercase hex digits of `high`? */
+static int
+text_is_hex_of(PyObject *value, uint64_t high)
+{
+    Py_ssize_t size;
+    const char *text = ascii_text(value, &size);
+    char expected[16];
+    if (text == NULL || size != 16) {
+        return 0;
+    }
+    mp_store64(expected, hex8_of((uint32_t)(high >> 32)));
+    mp_store64(expected + 8, hex8_of((uint32_t)high));
+    return memcmp(text, expected, sizeof expected) == 0;
+}
+
 static void
 v10_moved_release(V10Writer *v10)
 {
@@ -531,16 +559,18 @@ v10_take_meta_tag(V10Writer *v10, int tag, PyObject *key, PyObject *value)
          * lowercase hex digits, not all zero, on the first span, that give
          * the high half (a 64-bit trace id) or equal it.  Any other text
          * stays an attribute, as v0.4 keeps it. */
-        if (!parse_trace_id_high(value, &high) || high == 0) {
-            return 0;
-        }
         if (!first_span) {
             return 0; /* a later span's tag is its own, as in v0.4 */
         }
-        if (v10->trace_id_high == 0) {
+        if (v10->trace_id_high != 0) {
+            if (!text_is_hex_of(value, v10->trace_id_high)) {
+                return 0;
+            }
+        }
+        else if (parse_trace_id_high(value, &high) && high != 0) {
             v10->trace_id_high = high;
         }
-        else if (high != v10->trace_id_high) {
+        else {
             return 0;
         }
         break;
