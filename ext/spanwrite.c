@@ -331,6 +331,19 @@ cut_keys_clear(SpanWriter *w)
     w->cut_key_count = 0;
 }
 
+/* Forget the cut keys of `field`'s map after the first `count` (those of a
+ * dropped entry). */
+static void
+cut_keys_rollback(SpanWriter *w, const char *field, Py_ssize_t count)
+{
+    if (w->cut_keys_field != field || w->cut_keys_span != w->span_index) {
+        return;
+    }
+    while (w->cut_key_count > count) {
+        Py_DECREF(w->cut_keys[--w->cut_key_count]); /* exact str: no finalizer */
+    }
+}
+
 /* Is `written` one of the cut keys kept?  Exact str compared: no code runs. */
 static int
 cut_key_seen(const SpanWriter *w, PyObject *written)
@@ -405,6 +418,16 @@ span_int_error(SpanWriter *w, PyObject *value, const char *field, int is_signed)
     }
     return span_error(w, PyExc_ValueError, field, NULL, "%R is outside the %s 64-bit range", value,
                       is_signed ? "signed" : "unsigned");
+}
+
+int
+span_time_error(SpanWriter *w, PyObject *value, const char *field)
+{
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
+                          Py_TYPE(value)->tp_name);
+    }
+    return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", value);
 }
 
 int
@@ -722,6 +745,11 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
         Py_ssize_t holes_before = w->holes ? w->holes->count : 0;
         uint32_t strings_before = w->strings ? w->strings->count : 0;
         Py_ssize_t encoded_before = w->strings ? outbuf_len(&w->strings->encoded) : 0;
+        /* The cut keys of this map so far (a dropped entry's key is no
+         * longer written: a later key cut to the same text is then the
+         * first). */
+        Py_ssize_t cut_keys_before =
+            w->cut_keys_field == field && w->cut_keys_span == w->span_index ? w->cut_key_count : 0;
         Py_INCREF(key);
         Py_INCREF(value);
         int result = write_entry(w, key, value);
@@ -739,6 +767,7 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
             if (w->strings != NULL) {
                 strtable_rollback(w->strings, strings_before, encoded_before);
             }
+            cut_keys_rollback(w, field, cut_keys_before);
             w->dropped_tags++;
         }
         else {

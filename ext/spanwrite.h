@@ -121,6 +121,34 @@ span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
     return span_int_error(w, value, field, 1);
 }
 
+/* start and duration, one rule for every version (docs/wire-format.md, "One
+ * trace, one meaning"): an int within 64 bits (signed or unsigned), clamped
+ * to [0, 2**63 - 1] as the agent's normalizer treats it (a negative duration
+ * is 0 there) and as the reference tracer's v0.5 encoder clamps it; None is 0.
+ * int subclasses too: their value is read as an int's, no method runs.
+ * v0.4 writes an int64 as it is (byte-identical to the reference tracer) and
+ * takes this rule only beyond int64. */
+int span_time_error(SpanWriter *w, PyObject *value, const char *field);
+
+static inline int
+span_time_clamped(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+{
+    uint64_t magnitude;
+    int negative;
+    *out = 0;
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    if (SP_UNLIKELY(!PyLong_Check(value)) ||
+        SP_UNLIKELY(pyint_magnitude64(value, &magnitude, &negative) != 0)) {
+        return span_time_error(w, value, field);
+    }
+    if (!negative) {
+        *out = magnitude > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)magnitude;
+    }
+    return 0;
+}
+
 /* The span's error field (an int; None or absent is 0) as a flag: 1 when
  * non-zero.  Returns 0, or -1 with TypeError naming the field. */
 int span_error_flag_slow(SpanWriter *w, PyObject *value, int *flag);

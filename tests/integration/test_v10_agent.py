@@ -34,8 +34,6 @@ DECODER_PROPERTY = settings(AGENT_PROPERTY, max_examples=150)
 
 LOW64 = (1 << 64) - 1
 I64_MAX = (1 << 63) - 1
-KNOWN_KINDS = ("server", "client", "producer", "consumer")
-MOVED_TEXT_TAGS = ("env", "version", "component")
 
 
 # ---------------------------------------------------------------------------
@@ -113,12 +111,9 @@ def normalized(traces: List[List[Dict[str, Any]]]) -> str:
     """The agent's decoded traces with the differences v1.0 makes by design
     removed, as canonical JSON (NaN metrics compare equal as text):
 
-    * a span.kind tag other than server, client, producer, consumer comes
-      back as "internal" (the kind field holds OTel's numbers only);
     * the chunk's trace id high half, origin "", and sampling priority come
       back on every span; v0.4 has them on the first (or, for _dd.origin "",
       on each) only;
-    * env / version / component "" are dropped by the test agent;
     * an origin over 25,000 characters is truncated like every other string
       (v0.4 writes it whole, as the reference tracer does);
     * absent vs None fields (service, type, duration), a parent_id or a
@@ -134,11 +129,6 @@ def normalized(traces: List[List[Dict[str, Any]]]) -> str:
                 del span["parent_id"]
             meta = dict(span.get("meta") or {})
             metrics = {k: _metric(v) for k, v in (span.get("metrics") or {}).items()}
-            if "span.kind" in meta and meta["span.kind"] not in KNOWN_KINDS:
-                meta["span.kind"] = "internal"
-            for key in MOVED_TEXT_TAGS:
-                if meta.get(key) == "":
-                    del meta[key]
             if meta.get("_dd.origin") == "":
                 del meta["_dd.origin"]
             origin = meta.get("_dd.origin")
