@@ -229,7 +229,7 @@ v05_check_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
 
 /* meta_struct (not None or empty): accepted or refused as in v0.4 and v1.0, then
  * dropped, each entry counted in dropped_tags (never dropped unseen). */
-static SP_NOINLINE int
+static int
 v05_drop_meta_struct(SpanWriter *w, PyObject *meta_struct)
 {
     Py_ssize_t checked;
