@@ -226,19 +226,7 @@ v04_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (v04_write_text(w, key, "meta_struct", key, 0) < 0) {
         return -1;
     }
-    OutBuf document;
-    if (outbuf_init_raw(&document, 256) < 0) {
-        return -1;
-    }
-    int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
-    if (result == 0) {
-        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
-    }
-    if (result < 0) {
-        span_reraise(w, "meta_struct", key);
-    }
-    outbuf_free(&document);
-    return result;
+    return meta_struct_document(w, key, value, 1);
 }
 
 static int

@@ -215,21 +215,12 @@ v05_check_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
         return -1;
     }
     Py_DECREF(text.object); /* a text key is always prepared */
-    OutBuf document;
-    if (outbuf_init_raw(&document, 256) < 0) {
-        return -1;
-    }
-    int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
-    if (result < 0) {
-        span_reraise(w, "meta_struct", key);
-    }
-    outbuf_free(&document);
-    return result;
+    return meta_struct_document(w, key, value, 0);
 }
 
 /* meta_struct (not None or empty): accepted or refused as in v0.4 and v1.0, then
  * dropped, each entry counted in dropped_tags (never dropped unseen). */
-static SP_NOINLINE int
+static int
 v05_drop_meta_struct(SpanWriter *w, PyObject *meta_struct)
 {
     Py_ssize_t checked;

@@ -791,19 +791,7 @@ v10_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
         mp_write_byte(w->out, V10_TYPE_BYTES) < 0) {
         return -1;
     }
-    OutBuf document;
-    if (outbuf_init_raw(&document, 256) < 0) {
-        return -1;
-    }
-    int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
-    if (result < 0) {
-        span_reraise(w, "meta_struct", key);
-    }
-    else {
-        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
-    }
-    outbuf_free(&document);
-    return result;
+    return meta_struct_document(w, key, value, 1);
 }
 
 static Py_ssize_t

@@ -421,6 +421,24 @@ span_int_error(SpanWriter *w, PyObject *value, const char *field, int is_signed)
 }
 
 int
+meta_struct_document(SpanWriter *w, PyObject *key, PyObject *value, int write)
+{
+    OutBuf document;
+    if (outbuf_init_raw(&document, 256) < 0) {
+        return -1;
+    }
+    int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
+    if (result == 0 && write) {
+        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
+    }
+    if (result < 0) {
+        span_reraise(w, "meta_struct", key);
+    }
+    outbuf_free(&document);
+    return result;
+}
+
+int
 span_time_error(SpanWriter *w, PyObject *value, const char *field)
 {
     if (!PyLong_Check(value)) {

@@ -91,6 +91,11 @@ check_tag_key(SpanWriter *w, const char *field, PyObject *key)
     return SP_LIKELY(length < CUT_TEXT_LEN - 3) ? 0 : check_cut_key_unique(w, field, key);
 }
 
+/* A meta_struct value packed as a msgpack document of its own (the Packer's
+ * defaults), written as a bin when `write`, else only checked (v0.5, which
+ * has no place for it).  Errors name the entry. */
+int meta_struct_document(SpanWriter *w, PyObject *key, PyObject *value, int write);
+
 /* TypeError unless a meta value is text. */
 static inline int
 check_meta_value(SpanWriter *w, PyObject *key, PyObject *value)

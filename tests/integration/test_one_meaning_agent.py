@@ -15,9 +15,6 @@ from typing import Any, Dict, List
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spanpack import TraceMsgPackEncoder
-
-from tests import support
 from tests.integration.test_v10_agent import (
     AGENT_PROPERTY,
     ENTRIES,
@@ -99,16 +96,8 @@ def _v05_shape(traces: List[List[Dict[str, Any]]]) -> List[List[Dict[str, Any]]]
 
 
 def _encode(version: str, traces: List[list], entry: str):
-    if version == "v1.0":
-        return _v10_payloads(traces, entry, lenient=True)
-    encoder = TraceMsgPackEncoder(version, native_span_events=True, lenient=True)
-    if entry == "encode_traces":
-        return [(encoder.encode_traces(traces), len(traces))]
-    if entry == "join_encoded":
-        return [(encoder.join_encoded([encoder.encode_trace(t) for t in traces]), len(traces))]
-    for trace in traces:
-        encoder.put(trace)
-    return encoder.encode()
+    options = {} if version == "v1.0" else {"native_span_events": True}
+    return _v10_payloads(traces, entry, version, lenient=True, **options)
 
 
 @AGENT_PROPERTY

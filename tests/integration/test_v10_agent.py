@@ -177,9 +177,9 @@ def _agent_traces(agent, version: str, payloads) -> List[List[Dict[str, Any]]]:
     return agent.traces()
 
 
-def _v10_payloads(traces: List[list], entry: str, **options: Any):
-    """spanpack's v1.0 payloads for `traces` through one entry point."""
-    encoder = TraceMsgPackEncoder("v1.0", **options)
+def _v10_payloads(traces: List[list], entry: str, version: str = "v1.0", **options: Any):
+    """spanpack's payloads (v1.0 unless told) for `traces` through one entry point."""
+    encoder = TraceMsgPackEncoder(version, **options)
     if entry == "encode_traces":
         return [(encoder.encode_traces(traces), len(traces))]
     if entry == "join_encoded":
