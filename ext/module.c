@@ -127,6 +127,16 @@ spanpack_exec(PyObject *module)
         PyErr_SetString(PyExc_TypeError, "spanpack._ext.ExtType and Timestamp must be classes");
         return -1;
     }
+    state->span_field_warning = PyErr_NewExceptionWithDoc(
+        "spanpack.SpanFieldWarning",
+        "A span class keeps a field under another common name (tags for meta, duration for "
+        "duration_ns, ...), which is not written; issued once per class, at its first span. "
+        "Map the field with fields= to read it or to silence the warning.",
+        PyExc_UserWarning, NULL);
+    if (state->span_field_warning == NULL ||
+        PyModule_AddObjectRef(module, "SpanFieldWarning", state->span_field_warning) < 0) {
+        return -1;
+    }
     if (packer_module_init(module, state) < 0 || trace_encoder_module_init(module, state) < 0) {
         return -1;
     }

@@ -226,19 +226,7 @@ v04_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (v04_write_text(w, key, "meta_struct", key, 0) < 0) {
         return -1;
     }
-    OutBuf document;
-    if (outbuf_init_raw(&document, 256) < 0) {
-        return -1;
-    }
-    int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
-    if (result == 0) {
-        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
-    }
-    if (result < 0) {
-        span_reraise(w, "meta_struct", key);
-    }
-    outbuf_free(&document);
-    return result;
+    return meta_struct_document(w, key, value, 1);
 }
 
 static int
@@ -285,6 +273,21 @@ v04_write_converted(SpanWriter *w, const char *key, Py_ssize_t key_size,
     (KEY_SIZE(KEY_START) + MP_MAX_HEADER + KEY_SIZE(KEY_DURATION) + MP_MAX_HEADER +                \
      KEY_SIZE(KEY_ERROR) + 1)
 
+/* start and duration: an int64 as it is (a negative duration is 0 to the
+ * agent); beyond int64 but within 64 bits, clamped as in v0.5 and v1.0
+ * (span_time_clamped), so that every version accepts the same times. */
+static inline int
+v04_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+{
+    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_i64(value, out) == 0) {
+        return 0;
+    }
+    if (value == Py_None) {
+        return span_int_error(w, value, field, 1); /* start None: not a time */
+    }
+    return span_time_clamped(w, value, field, out);
+}
+
 static int
 v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
@@ -311,8 +314,8 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int has_duration = duration_obj != NULL && duration_obj != Py_None;
     if (span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||
         (has_parent && span_uint64(w, parent, "parent_id", &parent_id) < 0) ||
-        span_int64(w, v.value[SF_START], "start_ns", &start) < 0 ||
-        (has_duration && span_int64(w, duration_obj, "duration_ns", &duration) < 0) ||
+        v04_time_value(w, v.value[SF_START], "start_ns", &start) < 0 ||
+        (has_duration && v04_time_value(w, duration_obj, "duration_ns", &duration) < 0) ||
         span_error_flag(w, v.value[SF_ERROR], &has_error) < 0) {
         goto done;
     }

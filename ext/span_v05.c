@@ -9,8 +9,6 @@
 #define V05_SPAN_ELEMENTS 12
 #define V05_EMPTY_INDEX 0
 #define V05_ORIGIN_KEY_INDEX 1
-/* Start and duration within 64 bits are clamped to [0, 2**63 - 1]. */
-#define V05_MAX_TIME INT64_MAX
 /* trace_id, span_id, parent_id, start, duration and error, written in a row. */
 #define V05_NUMBERS_MAX_SIZE (6 * 9)
 
@@ -157,38 +155,6 @@ v05_write_metric_entry_into_part(SpanWriter *w, PyObject *key, PyObject *value)
 
 /* Not an int, or an int beyond 64 bits (clamping those would send a time
  * the span never had). */
-static SP_NOINLINE int
-v05_time_value_error(SpanWriter *w, PyObject *value, const char *field)
-{
-    if (!PyLong_Check(value)) {
-        return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
-                          Py_TYPE(value)->tp_name);
-    }
-    return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", value);
-}
-
-/* start and duration: ints within 64 bits, clamped to [0, 2**63 - 1] as the
- * reference tracer clamps them; None is 0. */
-static inline int
-v05_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
-{
-    uint64_t magnitude;
-    int negative;
-    *out = 0;
-    if (value == NULL || value == Py_None) {
-        return 0;
-    }
-    /* int subclasses too: their value is read as an int's, no method runs. */
-    if (SP_UNLIKELY(!PyLong_Check(value)) ||
-        SP_UNLIKELY(pyint_magnitude64(value, &magnitude, &negative) != 0)) {
-        return v05_time_value_error(w, value, field);
-    }
-    if (!negative) {
-        *out = magnitude > (uint64_t)V05_MAX_TIME ? V05_MAX_TIME : (int64_t)magnitude;
-    }
-    return 0;
-}
-
 /* The error field: an int that fits in 32 bits (None is 0). */
 static SP_NOINLINE int
 v05_error_value_slow(SpanWriter *w, PyObject *value, long *out)
@@ -203,7 +169,9 @@ v05_error_value_slow(SpanWriter *w, PyObject *value, long *out)
         return span_reraise(w, "error", NULL);
     }
     if (overflow != 0 || *out < INT32_MIN || *out > INT32_MAX) {
-        return span_error(w, PyExc_ValueError, "error", NULL, "%R does not fit in 32 bits", value);
+        /* Beyond the int32 the agent reads: an error all the same, written
+         * as v0.4 writes every error (1), so every version takes it. */
+        *out = 1;
     }
     return 0;
 }
@@ -236,6 +204,35 @@ v05_write_json_entry(SpanWriter *w, PyObject *key, PyObject *json_text, const ch
     return v05_write_text(w, json_text, field, NULL, into_payload);
 }
 
+/* A meta_struct entry, checked as v0.4 and v1.0 write it (text key, a value
+ * the Packer can pack) and not written: v0.5 has no place for it. */
+static int
+v05_check_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    PreparedText text;
+    if (check_tag_key(w, "meta_struct", key) < 0 ||
+        text_prepare(w, key, "meta_struct", key, &text) < 0) {
+        return -1;
+    }
+    Py_DECREF(text.object); /* a text key is always prepared */
+    return meta_struct_document(w, key, value, 0);
+}
+
+/* meta_struct (not None or empty): accepted or refused as in v0.4 and v1.0, then
+ * dropped, each entry counted in dropped_tags (never dropped unseen). */
+static int
+v05_drop_meta_struct(SpanWriter *w, PyObject *meta_struct)
+{
+    Py_ssize_t checked;
+    if (check_dict_field(w, meta_struct, "meta_struct") < 0 ||
+        write_dict_entries(w, meta_struct, "meta_struct", v05_check_meta_struct_entry, 1,
+                           &checked) < 0) {
+        return -1;
+    }
+    w->dropped_tags += checked;
+    return 0;
+}
+
 static SP_ALWAYS_INLINE int
 v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
 {
@@ -248,6 +245,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
     }
     PyObject *parent = v.value[SF_PARENT_ID], *error_obj = v.value[SF_ERROR];
     PyObject *meta = v.value[SF_META], *metrics = v.value[SF_METRICS];
+    PyObject *meta_struct = v.value[SF_META_STRUCT];
     uint64_t span_id = 0, parent_id = 0;
     int64_t start, duration;
     long error_value = 0;
@@ -258,12 +256,16 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
     if (span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||
         (parent != NULL && parent != Py_None &&
          span_uint64(w, parent, "parent_id", &parent_id) < 0) ||
-        v05_time_value(w, v.value[SF_START], "start_ns", &start) < 0 ||
-        v05_time_value(w, v.value[SF_DURATION], "duration_ns", &duration) < 0 ||
+        (v.value[SF_START] == Py_None && span_int_error(w, Py_None, "start_ns", 1) < 0) ||
+        span_time_clamped(w, v.value[SF_START], "start_ns", &start) < 0 ||
+        span_time_clamped(w, v.value[SF_DURATION], "duration_ns", &duration) < 0 ||
         v05_error_value(w, error_obj, &error_value) < 0) {
         goto done;
     }
-    if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0) {
+    if (check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0 ||
+        (meta_struct != NULL && meta_struct != Py_None &&
+         !(PyDict_CheckExact(meta_struct) && PyDict_GET_SIZE(meta_struct) == 0) &&
+         v05_drop_meta_struct(w, meta_struct) < 0)) {
         goto done;
     }
     Py_ssize_t links_count = field_length(w, v.value[SF_LINKS], "links");

@@ -70,7 +70,6 @@ typedef enum {
 typedef struct {
     SpanWriter base; /* first: the write_trace callbacks get &base */
     /* The chunk's fields, written after its spans. */
-    int has_trace_id;
     uint64_t trace_id_high;
     uint64_t trace_id_low;
     PyObject *origin; /* new reference (exact str), or NULL */
@@ -86,6 +85,15 @@ typedef struct {
     unsigned int moved;
     Py_ssize_t moved_count;
     PyObject *field_tag[V10_SPAN_FIELD_TAGS];
+    /* The key of each field tag whose value may yet prove bad text (not an
+     * exact ASCII str): named in its error, or its drop (lenient); new
+     * references, or NULL. */
+    PyObject *field_tag_key[V10_SPAN_FIELD_TAGS];
+    /* A `_dd.origin` tag that gave way to the trace's origin but may yet
+     * prove bad text, and its key (new references, or NULL). */
+    PyObject *origin_tag;
+    PyObject *origin_tag_key;
+    int has_text_to_check; /* any of the above is set */
     uint32_t kind;
     /* Per trace: the first key object found to name each tag (new
      * references).  Tags that move are never streamed, so their keys miss
@@ -221,9 +229,52 @@ v10_write_text_field(SpanWriter *w, int field_key, PyObject *value, const char *
     return v10_write_text(w, value, field, NULL);
 }
 
+/* A span field taken from the meta entry `key`: errors name the key. */
+static int
+v10_write_text_field_of(SpanWriter *w, int field_key, PyObject *value, PyObject *key)
+{
+    if (mp_write_byte(w->out, (unsigned char)field_key) < 0) {
+        return -1;
+    }
+    return v10_write_text(w, value, "meta", key);
+}
+
 /* ---------------------------------------------------------------------------
  * Links and events: converted in Python (spanpack._extras) into plain
  * integer-keyed maps, written here with every str streamed. */
+
+/* An int (exact or a subclass) within int64 or uint64. */
+static inline int
+v10_write_plain_int(SpanWriter *w, PyObject *obj, const char *field)
+{
+    uint64_t magnitude;
+    int negative;
+    if (pyint_magnitude64(obj, &magnitude, &negative) != 0 ||
+        (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
+        return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", obj);
+    }
+    return negative ? mp_write_int(w->out, (int64_t)((uint64_t)0 - magnitude))
+                    : mp_write_uint(w->out, magnitude);
+}
+
+/* Subclasses of str, int and float (a StrEnum, an IntEnum, numpy.float64)
+ * as their base values, as v0.4 and v0.5 write them; anything else is
+ * refused.  (Tested after the exact types: a subtype test walks the MRO.) */
+static SP_NOINLINE int
+v10_write_plain_subclass(SpanWriter *w, PyObject *obj, const char *field)
+{
+    if (PyUnicode_Check(obj)) {
+        return v10_write_text(w, obj, field, NULL);
+    }
+    if (PyLong_Check(obj)) {
+        return v10_write_plain_int(w, obj, field);
+    }
+    if (PyFloat_Check(obj)) {
+        return mp_write_double(w->out, PyFloat_AS_DOUBLE(obj));
+    }
+    return span_error(w, PyExc_TypeError, field, NULL, "cannot write %.200s",
+                      Py_TYPE(obj)->tp_name);
+}
 
 static int
 v10_write_plain(SpanWriter *w, PyObject *obj, const char *field, int depth)
@@ -238,14 +289,7 @@ v10_write_plain(SpanWriter *w, PyObject *obj, const char *field, int depth)
         return mp_write_byte(w->out, obj == Py_True ? 0xc3 : 0xc2);
     }
     if (PyLong_CheckExact(obj)) {
-        uint64_t magnitude;
-        int negative;
-        if (pyint_magnitude64(obj, &magnitude, &negative) != 0 ||
-            (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
-            return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", obj);
-        }
-        return negative ? mp_write_int(w->out, (int64_t)((uint64_t)0 - magnitude))
-                        : mp_write_uint(w->out, magnitude);
+        return v10_write_plain_int(w, obj, field);
     }
     if (PyFloat_CheckExact(obj)) {
         return mp_write_double(w->out, PyFloat_AS_DOUBLE(obj));
@@ -279,8 +323,7 @@ v10_write_plain(SpanWriter *w, PyObject *obj, const char *field, int depth)
         }
         return 0;
     }
-    return span_error(w, PyExc_TypeError, field, NULL, "cannot write %.200s",
-                      Py_TYPE(obj)->tp_name);
+    return v10_write_plain_subclass(w, obj, field);
 }
 
 /* Convert links or events with `convert` and write them under `field_key`. */
@@ -340,13 +383,14 @@ ascii_text(PyObject *value, Py_ssize_t *size)
     return NULL;
 }
 
-/* "-N" with N a decimal in [1, 2**32): the sampling mechanism N. */
+/* "-N" with N a decimal in [1, 2**32) without leading zeros (the text the
+ * agent rebuilds from the number): the sampling mechanism N. */
 static int
 parse_decision_maker(PyObject *value, uint32_t *mechanism)
 {
     Py_ssize_t size;
     const char *text = ascii_text(value, &size);
-    if (text == NULL || size < 2 || size > 11 || text[0] != '-') {
+    if (text == NULL || size < 2 || size > 11 || text[0] != '-' || text[1] == '0') {
         return 0;
     }
     uint64_t number = 0;
@@ -363,7 +407,8 @@ parse_decision_maker(PyObject *value, uint32_t *mechanism)
     return 1;
 }
 
-/* 16 hex digits: the high half of a 128-bit trace id. */
+/* 16 lowercase hex digits (the form tracers write): the high half of a
+ * 128-bit trace id. */
 static int
 parse_trace_id_high(PyObject *value, uint64_t *high)
 {
@@ -375,10 +420,7 @@ parse_trace_id_high(PyObject *value, uint64_t *high)
     uint64_t number = 0;
     for (Py_ssize_t i = 0; i < size; i++) {
         char c = text[i];
-        int digit = c >= '0' && c <= '9'   ? c - '0'
-                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                           : -1;
+        int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         if (digit < 0) {
             return 0;
         }
@@ -386,6 +428,34 @@ parse_trace_id_high(PyObject *value, uint64_t *high)
     }
     *high = number;
     return 1;
+}
+
+/* The 8 lowercase hex digits of `value`, as a uint64 whose big-endian bytes
+ * are the text (nibbles spread one to a byte, then each made its digit). */
+static inline uint64_t
+hex8_of(uint32_t value)
+{
+    uint64_t x = value;
+    x = ((x & 0xFFFF0000u) << 16) | (x & 0xFFFFu);
+    x = ((x & UINT64_C(0x0000FF000000FF00)) << 8) | (x & UINT64_C(0x000000FF000000FF));
+    x = ((x & UINT64_C(0x00F000F000F000F0)) << 4) | (x & UINT64_C(0x000F000F000F000F));
+    uint64_t above_nine = ((x + UINT64_C(0x0606060606060606)) >> 4) & UINT64_C(0x0101010101010101);
+    return x + UINT64_C(0x3030303030303030) + above_nine * ('a' - '0' - 10);
+}
+
+/* Is `value` the 16 lowercase hex digits of `high`? */
+static int
+text_is_hex_of(PyObject *value, uint64_t high)
+{
+    Py_ssize_t size;
+    const char *text = ascii_text(value, &size);
+    char expected[16];
+    if (text == NULL || size != 16) {
+        return 0;
+    }
+    mp_store64(expected, hex8_of((uint32_t)(high >> 32)));
+    mp_store64(expected + 8, hex8_of((uint32_t)high));
+    return memcmp(text, expected, sizeof expected) == 0;
 }
 
 static void
@@ -396,6 +466,14 @@ v10_moved_release(V10Writer *v10)
     }
     for (int i = 0; i < V10_SPAN_FIELD_TAGS; i++) {
         Py_CLEAR(v10->field_tag[i]);
+    }
+    if (SP_UNLIKELY(v10->has_text_to_check)) {
+        for (int i = 0; i < V10_SPAN_FIELD_TAGS; i++) {
+            Py_CLEAR(v10->field_tag_key[i]);
+        }
+        Py_CLEAR(v10->origin_tag);
+        Py_CLEAR(v10->origin_tag_key);
+        v10->has_text_to_check = 0;
     }
     v10->moved = 0;
     v10->moved_count = 0;
@@ -440,7 +518,7 @@ v10_meta_key_tag(PyObject *key)
  * its value makes it a field.  Runs no Python code; only text values move
  * (any other value stays, to be refused or dropped as usual). */
 static inline int
-v10_take_meta_tag(V10Writer *v10, int tag, PyObject *value)
+v10_take_meta_tag(V10Writer *v10, int tag, PyObject *key, PyObject *value)
 {
     int first_span = v10->base.span_index == 0;
     Py_ssize_t size;
@@ -453,20 +531,60 @@ v10_take_meta_tag(V10Writer *v10, int tag, PyObject *value)
     case MOVED_ENV:
     case MOVED_VERSION:
     case MOVED_COMPONENT:
+        /* An empty value stays an attribute: the field would read as none.
+         * Text other than an exact ASCII str is checked when written. */
+        if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_IS_ASCII(value))) {
+            if (PyUnicode_GET_LENGTH(value) == 0) {
+                return 0;
+            }
+        }
+        else {
+            if ((PyUnicode_Check(value) ? PyUnicode_GET_LENGTH(value) : Py_SIZE(value)) == 0) {
+                return 0;
+            }
+            v10->field_tag_key[tag] = Py_NewRef(key);
+            v10->has_text_to_check = 1;
+        }
         v10->field_tag[tag] = Py_NewRef(value);
         break;
     case MOVED_KIND:
+        /* Text outside the five kinds stays an attribute (no field). */
         text = ascii_text(value, &size);
-        v10->kind = text != NULL ? span_kind_number(text, size) : V10_KIND_INTERNAL;
+        if (text == NULL || (v10->kind = span_kind_number(text, size)) == 0) {
+            return 0;
+        }
         break;
     case MOVED_TRACE_ID_HIGH:
-        if (first_span && v10->trace_id_high == 0 && parse_trace_id_high(value, &high)) {
+        /* The tag leaves only when the chunk's trace id says the same: 16
+         * lowercase hex digits, not all zero, on the first span, that give
+         * the high half (a 64-bit trace id) or equal it.  Any other text
+         * stays an attribute, as v0.4 keeps it. */
+        if (!first_span) {
+            return 0; /* a later span's tag is its own, as in v0.4 */
+        }
+        if (v10->trace_id_high != 0) {
+            if (!text_is_hex_of(value, v10->trace_id_high)) {
+                return 0;
+            }
+        }
+        else if (parse_trace_id_high(value, &high) && high != 0) {
             v10->trace_id_high = high;
+        }
+        else {
+            return 0;
         }
         break;
     case MOVED_ORIGIN:
+        /* Gives way to the trace's origin, as v0.4's second `_dd.origin`
+         * entry overrides it; text that may be bad is checked when the span
+         * ends (v10_check_origin_tag), as v0.4 writes it. */
         if (v10->origin == NULL) {
             return 0;
+        }
+        if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) {
+            v10->origin_tag = Py_NewRef(value);
+            v10->origin_tag_key = Py_NewRef(key);
+            v10->has_text_to_check = 1;
         }
         break;
     case MOVED_DECISION_MAKER:
@@ -507,21 +625,20 @@ v10_take_priority(V10Writer *v10, PyObject *key, PyObject *value)
     return 1;
 }
 
-/* span.kind text as its OpenTelemetry number: anything unknown is internal. */
+/* span.kind text as its OpenTelemetry number, or 0 for any other text. */
 static uint32_t
 span_kind_number(const char *text, Py_ssize_t size)
 {
     switch (size) {
     case 6:
-        return memcmp(text, "server", 6) == 0   ? 2
-               : memcmp(text, "client", 6) == 0 ? 3
-                                                : V10_KIND_INTERNAL;
+        return memcmp(text, "server", 6) == 0 ? 2 : memcmp(text, "client", 6) == 0 ? 3 : 0;
     case 8:
         return memcmp(text, "producer", 8) == 0   ? 4
                : memcmp(text, "consumer", 8) == 0 ? 5
-                                                  : V10_KIND_INTERNAL;
+               : memcmp(text, "internal", 8) == 0 ? V10_KIND_INTERNAL
+                                                  : 0;
     default:
-        return V10_KIND_INTERNAL;
+        return 0;
     }
 }
 
@@ -563,7 +680,7 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
                 table->marks[index] = (unsigned char)mark;
             }
             if (mark != V10_MARK_PLAIN &&
-                v10_take_meta_tag(v10, (int)(mark - V10_MARK_TAG), value)) {
+                v10_take_meta_tag(v10, (int)(mark - V10_MARK_TAG), key, value)) {
                 return 0;
             }
         }
@@ -578,7 +695,7 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (tag < 0 && (tag = v10_meta_key_tag(key)) >= 0 && v10->tag_key[tag] == NULL) {
         v10->tag_key[tag] = Py_NewRef(key); /* the first such object only: none is released */
     }
-    if (tag >= 0 && v10_take_meta_tag(v10, tag, value)) {
+    if (tag >= 0 && v10_take_meta_tag(v10, tag, key, value)) {
         return 0;
     }
     if (check_tag_key(w, "meta", key) < 0 || check_meta_value(w, key, value) < 0 ||
@@ -674,19 +791,7 @@ v10_write_meta_struct_entry(SpanWriter *w, PyObject *key, PyObject *value)
         mp_write_byte(w->out, V10_TYPE_BYTES) < 0) {
         return -1;
     }
-    OutBuf document;
-    if (outbuf_init_raw(&document, 256) < 0) {
-        return -1;
-    }
-    int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
-    if (result < 0) {
-        span_reraise(w, "meta_struct", key);
-    }
-    else {
-        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
-    }
-    outbuf_free(&document);
-    return result;
+    return meta_struct_document(w, key, value, 1);
 }
 
 static Py_ssize_t
@@ -770,6 +875,85 @@ v10_write_attributes(V10Writer *v10, PyObject *meta, PyObject *metrics, PyObject
 /* ---------------------------------------------------------------------------
  * Spans and chunks */
 
+/* A tag that became a span field (env, version, component): its text under
+ * `field_key`.  Bad text (bytes that are not UTF-8, a lone surrogate) is
+ * what it would be as an attribute: an error naming the meta key, or in
+ * lenient mode the tag dropped and counted, the rest of the span kept. */
+static SP_NOINLINE int
+v10_write_field_tag_checked(V10Writer *v10, int field_key, int tag)
+{
+    SpanWriter *w = &v10->base;
+    Py_ssize_t start = outbuf_len(w->out);
+    if (v10_write_text_field_of(w, field_key, v10->field_tag[tag], v10->field_tag_key[tag]) == 0) {
+        return 0;
+    }
+    if (!w->lenient ||
+        !(PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError))) {
+        return -1;
+    }
+    /* Text is checked before it takes a string id or a hole: only the key
+     * byte was written. */
+    PyErr_Clear();
+    outbuf_truncate(w->out, start);
+    Py_CLEAR(v10->field_tag[tag]);
+    w->dropped_tags++;
+    return 0;
+}
+
+static inline int
+v10_write_field_tag(V10Writer *v10, int field_key, int tag)
+{
+    if (SP_LIKELY(v10->field_tag_key[tag] == NULL)) { /* an exact ASCII str */
+        return v10_write_text_field(&v10->base, field_key, v10->field_tag[tag], "meta");
+    }
+    return v10_write_field_tag_checked(v10, field_key, tag);
+}
+
+/* A `_dd.origin` tag that gave way to the trace's origin, not written: its
+ * text checked as v0.4 writes it (an error naming the key, or in lenient mode
+ * the tag counted as dropped), so that both take the same traces. */
+static SP_NOINLINE int
+v10_check_origin_tag(V10Writer *v10)
+{
+    SpanWriter *w = &v10->base;
+    PreparedText text;
+    int prepared = text_prepare(w, v10->origin_tag, "meta", v10->origin_tag_key, &text);
+    if (prepared >= 0) {
+        if (prepared > 0) {
+            Py_DECREF(text.object);
+        }
+        return 0;
+    }
+    if (!w->lenient ||
+        !(PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError))) {
+        return -1;
+    }
+    PyErr_Clear();
+    w->dropped_tags++;
+    return 0;
+}
+
+/* start and duration: uint64 in the format, but the rule of every version
+ * (span_time_clamped): within 64 bits, clamped to [0, 2**63 - 1], as the
+ * agent reads a negative duration (0) and as v0.5 writes it. */
+static inline int
+v10_time_value(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
+{
+    int64_t clamped;
+    if (SP_LIKELY(PyLong_CheckExact(value)) && pyint_as_u64(value, out) == 0 &&
+        SP_LIKELY(*out <= (uint64_t)INT64_MAX)) {
+        return 0;
+    }
+    if (value == Py_None) {
+        return span_int_error(w, value, field, 0); /* start None: not a time */
+    }
+    if (span_time_clamped(w, value, field, &clamped) < 0) {
+        return -1;
+    }
+    *out = (uint64_t)clamped;
+    return 0;
+}
+
 static int
 v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
@@ -792,9 +976,9 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         span_uint64(w, v.value[SF_SPAN_ID], "span_id", &span_id) < 0 ||
         (parent != NULL && parent != Py_None &&
          span_uint64(w, parent, "parent_id", &parent_id) < 0) ||
-        span_uint64(w, v.value[SF_START], "start_ns", &start) < 0 ||
+        v10_time_value(w, v.value[SF_START], "start_ns", &start) < 0 ||
         (duration_obj != NULL && duration_obj != Py_None &&
-         span_uint64(w, duration_obj, "duration_ns", &duration) < 0) ||
+         v10_time_value(w, duration_obj, "duration_ns", &duration) < 0) ||
         span_error_flag(w, v.value[SF_ERROR], &error_flag) < 0 ||
         check_dict_field(w, meta, "meta") < 0 || check_dict_field(w, metrics, "metrics") < 0 ||
         check_dict_field(w, meta_struct, "meta_struct") < 0) {
@@ -855,12 +1039,12 @@ v10_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         goto error;
     }
     PyObject *const *tag = v10->field_tag;
-    if ((tag[MOVED_ENV] != NULL &&
-         v10_write_text_field(w, V10_SPAN_ENV, tag[MOVED_ENV], "meta") < 0) ||
+    if ((tag[MOVED_ENV] != NULL && v10_write_field_tag(v10, V10_SPAN_ENV, MOVED_ENV) < 0) ||
         (tag[MOVED_VERSION] != NULL &&
-         v10_write_text_field(w, V10_SPAN_VERSION, tag[MOVED_VERSION], "meta") < 0) ||
+         v10_write_field_tag(v10, V10_SPAN_VERSION, MOVED_VERSION) < 0) ||
         (tag[MOVED_COMPONENT] != NULL &&
-         v10_write_text_field(w, V10_SPAN_COMPONENT, tag[MOVED_COMPONENT], "meta") < 0)) {
+         v10_write_field_tag(v10, V10_SPAN_COMPONENT, MOVED_COMPONENT) < 0) ||
+        (SP_UNLIKELY(v10->origin_tag != NULL) && v10_check_origin_tag(v10) < 0)) {
         goto error;
     }
     /* A span.kind tag: its OTel number (no tag: no kind, OTel's unspecified). */
@@ -898,7 +1082,6 @@ static int
 v10_start_chunk(SpanWriter *w, TraceInfo *info)
 {
     V10Writer *v10 = (V10Writer *)w;
-    v10->has_trace_id = 1;
     v10->trace_id_high = info->trace_id_high;
     v10->trace_id_low = info->trace_id_low;
     v10->origin = info->origin != NULL ? Py_NewRef(info->origin) : NULL;
@@ -911,16 +1094,15 @@ static int
 v10_write_chunk_fields(V10Writer *v10, Py_ssize_t header_pos)
 {
     SpanWriter *w = &v10->base;
-    unsigned int count = 1; /* spans */
-    if (v10->has_trace_id) {
-        char id[V10_TRACE_ID_SIZE];
-        mp_store64(id, v10->trace_id_high);
-        mp_store64(id + 8, v10->trace_id_low);
-        if (mp_write_byte(w->out, V10_CHUNK_TRACE_ID) < 0 ||
-            mp_write_bin(w->out, id, V10_TRACE_ID_SIZE) < 0) {
-            return -1;
-        }
-        count++;
+    unsigned int count = 2; /* spans, trace id */
+    /* Every chunk has a trace id: an empty trace's is 0 (the agent drops
+     * an empty trace in every version). */
+    char id[V10_TRACE_ID_SIZE];
+    mp_store64(id, v10->trace_id_high);
+    mp_store64(id + 8, v10->trace_id_low);
+    if (mp_write_byte(w->out, V10_CHUNK_TRACE_ID) < 0 ||
+        mp_write_bin(w->out, id, V10_TRACE_ID_SIZE) < 0) {
+        return -1;
     }
     if (v10->origin != NULL && PyUnicode_GET_LENGTH(v10->origin) > 0) {
         if (mp_write_byte(w->out, V10_CHUNK_ORIGIN) < 0 ||

@@ -78,8 +78,9 @@ static void
 list_required_span_fields(SpanFieldReader *reader)
 {
     reader->required_span_count = 0;
+    /* (trace_id is checked apart, with its type: spanvalues_missing_required.) */
     for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
-        if (reader->required & (1u << i)) {
+        if (i != SF_TRACE_ID && (reader->required & (1u << i))) {
             reader->required_span_fields[reader->required_span_count++] = (SpanField)i;
         }
     }
@@ -119,10 +120,42 @@ field_of_key(const SpanFieldReader *reader, const PyObject *key)
     return -1;
 }
 
+/* ddtrace's attribute names (SPAN_FIELDS), in the form of reader->attribute. */
+static int
+ddtrace_attributes(PyObject **attributes)
+{
+    for (int i = 0; i < SF_COUNT; i++) {
+        PyObject *name = PyUnicode_FromString(span_field_ddtrace_attributes[i]);
+        if (name == NULL) {
+            return -1;
+        }
+        attributes[i] = attribute_from_name(name);
+        Py_DECREF(name);
+        if (attributes[i] == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The names read from ddtrace's Context (see SpanFieldReader). */
+static int
+ddtrace_context_names(SpanFieldReader *reader)
+{
+    reader->context_name = PyUnicode_InternFromString("context");
+    reader->context_meta_name = PyUnicode_InternFromString("_meta");
+    reader->origin_meta_key = PyUnicode_InternFromString("_dd.origin");
+    return reader->context_name == NULL || reader->context_meta_name == NULL ||
+                   reader->origin_meta_key == NULL
+               ? -1
+               : 0;
+}
+
 int
-spanfields_init(SpanFieldReader *reader, PyObject *fields)
+spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warning)
 {
     memset(reader, 0, sizeof *reader);
+    reader->field_warning = Py_NewRef(field_warning);
     for (int i = 0; i < SF_COUNT; i++) {
         reader->dict_key[i] = PyUnicode_InternFromString(span_field_names[i]);
         if (reader->dict_key[i] == NULL) {
@@ -134,6 +167,11 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
     reader->required = SF_REQUIRED_FIELDS;
     list_required_span_fields(reader);
     if (fields == NULL || fields == Py_None) {
+        reader->recognise_ddtrace = 1;
+        if (ddtrace_attributes(reader->ddtrace_attribute) < 0 ||
+            ddtrace_context_names(reader) < 0) {
+            goto error;
+        }
         return 0;
     }
     if (PyUnicode_Check(fields)) {
@@ -142,27 +180,13 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
                          fields);
             goto error;
         }
-        for (int i = 0; i < SF_COUNT; i++) {
-            if (strcmp(span_field_ddtrace_attributes[i], span_field_names[i]) == 0) {
-                continue; /* the default attribute already */
-            }
-            PyObject *name = PyUnicode_FromString(span_field_ddtrace_attributes[i]);
-            if (name == NULL) {
-                goto error;
-            }
-            PyObject *attribute = attribute_from_name(name);
-            Py_DECREF(name);
-            if (attribute == NULL) {
-                goto error;
-            }
-            Py_SETREF(reader->attribute[i], attribute);
-        }
-        reader->context_name = PyUnicode_InternFromString("context");
-        reader->context_meta_name = PyUnicode_InternFromString("_meta");
-        reader->origin_meta_key = PyUnicode_InternFromString("_dd.origin");
-        if (reader->context_name == NULL || reader->context_meta_name == NULL ||
-            reader->origin_meta_key == NULL) {
+        reader->ddtrace_fields = 1;
+        if (ddtrace_attributes(reader->ddtrace_attribute) < 0 ||
+            ddtrace_context_names(reader) < 0) {
             goto error;
+        }
+        for (int i = 0; i < SF_COUNT; i++) {
+            Py_SETREF(reader->attribute[i], Py_NewRef(reader->ddtrace_attribute[i]));
         }
         /* Every ddtrace Span has these; their absence means a span ddtrace
          * keeps natively (ddtrace >= 4.3), whose tags would silently vanish. */
@@ -196,6 +220,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields)
             goto error;
         }
         Py_SETREF(reader->attribute[index], attribute);
+        reader->mapped |= 1u << index;
     }
     return 0;
 error:
@@ -224,6 +249,12 @@ spanfields_clear(SpanFieldReader *reader)
     Py_CLEAR(reader->context_meta_name);
     Py_CLEAR(reader->origin_meta_key);
     Py_CLEAR(reader->ddtrace_context_type);
+    for (int i = 0; i < SF_COUNT; i++) {
+        Py_CLEAR(reader->ddtrace_attribute[i]);
+    }
+    Py_CLEAR(reader->ddtrace_span_type);
+    Py_CLEAR(reader->field_warning);
+    Py_CLEAR(reader->warned_types);
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         layout_clear(&reader->layouts[i]);
     }
@@ -239,6 +270,9 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
         }
     }
     Py_VISIT(reader->ddtrace_context_type);
+    Py_VISIT(reader->ddtrace_span_type);
+    Py_VISIT(reader->field_warning);
+    Py_VISIT(reader->warned_types);
     return 0;
 }
 
@@ -504,13 +538,344 @@ watch_object_types(SpanTypeLayout *layout)
     return 1;
 }
 
-/* The layout of `type`, from the cache or resolved now.  Resolving may run
- * Python code (a key's __eq__ in a class __dict__, which could even switch
- * the span's class and free `type`): the class is held, the accesses are
- * computed first and installed in one step afterwards, and the caller copies
- * what it needs before it runs any Python code itself. */
-static SpanTypeLayout *
-layout_for(SpanFieldReader *reader, PyTypeObject *type)
+/* `value` (a new reference, or NULL) for `key` in `dict`, which no other
+ * thread can change in between on free-threaded builds. */
+static int
+dict_get_ref(PyObject *dict, PyObject *key, PyObject **value)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyDict_GetItemRef(dict, key, value) < 0 ? -1 : 0;
+#else
+    *value = Py_XNewRef(PyDict_GetItemWithError(dict, key));
+    return *value == NULL && PyErr_Occurred() ? -1 : 0;
+#endif
+}
+
+/* ---------------------------------------------------------------------------
+ * Checking a class's names (once, when its layout is resolved) */
+
+/* Is `type` the class `name` of module `module`?  Looking `__module__` up
+ * in the class's own dict may compare keys, which runs Python code: the
+ * class and its dict are held across it.  1, 0, or -1 with an error. */
+static int
+class_named(PyTypeObject *type, const char *module, const char *name)
+{
+    if (strcmp(type->tp_name, name) != 0 || type->tp_dict == NULL) {
+        return 0;
+    }
+    int result = -1;
+    PyObject *found = NULL;
+    Py_INCREF(type);
+    PyObject *type_dict = Py_NewRef(type->tp_dict);
+    PyObject *module_key = PyUnicode_InternFromString("__module__");
+    if (module_key == NULL || dict_get_ref(type_dict, module_key, &found) < 0) {
+        goto done;
+    }
+    result = found != NULL && PyUnicode_Check(found) &&
+             PyUnicode_CompareWithASCIIString(found, module) == 0;
+done:
+    Py_XDECREF(found);
+    Py_XDECREF(module_key);
+    Py_DECREF(type_dict);
+    Py_DECREF(type);
+    return result;
+}
+
+/* Is `type` ddtrace's own Span class or a subclass of it (held by the
+ * caller)?  ddtrace's encoder reads every Span through the same private
+ * attributes (`_meta`, `_metrics`, ...), so spanpack does too.  Found by
+ * module and name, never by importing ddtrace; the class is kept once
+ * found.  1, 0, or -1 with an error. */
+static int
+is_ddtrace_span_class(SpanFieldReader *reader, PyTypeObject *type)
+{
+    PyObject *mro = Py_XNewRef(type->tp_mro);
+    int result = 0;
+    for (Py_ssize_t i = 0; mro != NULL && i < PyTuple_GET_SIZE(mro) && result == 0; i++) {
+        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (base == reader->ddtrace_span_type) {
+            result = 1;
+        }
+        else if (reader->ddtrace_span_type == NULL) {
+            result = class_named(base, "ddtrace._trace.span", "Span");
+            if (result > 0 && reader->ddtrace_span_type == NULL) {
+                reader->ddtrace_span_type = (PyTypeObject *)Py_NewRef((PyObject *)base);
+            }
+        }
+    }
+    Py_XDECREF(mro);
+    return result;
+}
+
+/* "module.QualifiedName" of a class, for messages (a new reference). */
+static PyObject *
+class_display_name(PyTypeObject *type)
+{
+    PyObject *module = PyObject_GetAttrString((PyObject *)type, "__module__");
+    PyObject *qualname = module ? PyObject_GetAttrString((PyObject *)type, "__qualname__") : NULL;
+    PyObject *result = NULL;
+    if (qualname != NULL) {
+        result = PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "builtins")
+                     ? PyUnicode_FromFormat("%S.%S", module, qualname)
+                     : PyObject_Str(qualname);
+    }
+    Py_XDECREF(module);
+    Py_XDECREF(qualname);
+    return result;
+}
+
+typedef enum { NAME_ABSENT, NAME_PRESENT, NAME_UNKNOWN } NameState;
+
+/* Does `span` (of class `type`, both held by the caller) have attribute
+ * `name`, decided without running its getters: a property counts as
+ * present, a method or a class's own __getattr__ as unknown.  A NameState,
+ * or -1 with an error. */
+static int
+name_state(PyObject *span, PyTypeObject *type, PyObject *name)
+{
+    FieldAccess access;
+    Py_ssize_t offset;
+    classify_attribute(type, name, &access, &offset);
+    int state = NAME_UNKNOWN;
+    PyObject *value = NULL;
+    switch (access.source) {
+    case FIELD_ABSENT:
+        state = NAME_ABSENT;
+        break;
+    case FIELD_SLOT:
+        state = *(PyObject **)((char *)span + offset) != NULL ? NAME_PRESENT : NAME_ABSENT;
+        break;
+    case FIELD_INSTANCE:
+        if (instance_attribute(span, name, &value) < 0) {
+            state = -1;
+            break;
+        }
+        state = value != NULL ? NAME_PRESENT : NAME_ABSENT;
+        Py_XDECREF(value);
+        break;
+    case FIELD_CLASS_VALUE:
+        state = NAME_PRESENT;
+        break;
+    case FIELD_DESCRIPTOR:
+        state = Py_TYPE(access.object)->tp_descr_set != NULL ? NAME_PRESENT : NAME_UNKNOWN;
+        break;
+    case FIELD_GETATTR_STRICT:
+    case FIELD_GETATTR:
+        break;
+    }
+    Py_XDECREF(access.object);
+    return state;
+}
+
+/* The other names a span class commonly keeps a field under (checked in
+ * this order; a field whose own name is absent from a class's first span
+ * while one of these is present is reported). */
+#define FIELD_ALIAS_MAX 5
+static const struct {
+    SpanField field;
+    const char *names[FIELD_ALIAS_MAX + 1]; /* NULL-terminated */
+} FIELD_ALIASES[] = {
+    {SF_META, {"tags", "attributes", "attrs", "labels", "_meta", NULL}},
+    {SF_METRICS, {"measures", "measurements", "numeric_tags", "_metrics", NULL}},
+    {SF_DURATION, {"duration", NULL}},
+    {SF_PARENT_ID, {"parent", "parent_span_id", NULL}},
+    {SF_SPAN_TYPE, {"type", NULL}},
+};
+
+/* The first of `field`'s other names that `span` has, or NULL (a new
+ * reference; *failed set on error). */
+static PyObject *
+present_alias(PyObject *span, PyTypeObject *type, int alias, int *failed)
+{
+    for (const char *const *name = FIELD_ALIASES[alias].names; *name != NULL; name++) {
+        PyObject *candidate = PyUnicode_InternFromString(*name);
+        int state = candidate != NULL ? name_state(span, type, candidate) : -1;
+        if (state == NAME_PRESENT) {
+            return candidate;
+        }
+        Py_XDECREF(candidate);
+        if (state < 0) {
+            *failed = 1;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* Warn, once per class, when the first span of `type` lacks a field but has
+ * an attribute under one of its other common names: that data would not be
+ * written, without a sign.  A field the fields= mapping names is not
+ * checked (mapping it silences the warning), nor a required one (its
+ * absence is an error), nor anything for ddtrace's Span.  0, or -1 with an
+ * error (the warning itself under an "error" filter) and *failed set to the
+ * first field reported. */
+static int
+warn_other_names(SpanFieldReader *reader, PyTypeObject *type, PyObject *span,
+                 PyObject *const *attributes, int *failed)
+{
+    PyObject *found = NULL, *parts = NULL, *weak = NULL, *name = NULL, *message = NULL;
+    PyObject *separator = NULL, *listed = NULL;
+    int result = -1, first = -1, added = 0;
+    if (reader->field_warning == NULL || span == NULL) {
+        return 0;
+    }
+    weak = PyWeakref_NewRef((PyObject *)type, NULL);
+    if (weak == NULL) {
+        goto done;
+    }
+    if (reader->warned_types != NULL) {
+        int seen = PySet_Contains(reader->warned_types, weak);
+        if (seen != 0) {
+            result = seen < 0 ? -1 : 0;
+            goto done;
+        }
+    }
+    found = PyDict_New();
+    parts = PyList_New(0);
+    if (found == NULL || parts == NULL) {
+        goto done;
+    }
+    for (int k = 0; k < (int)(sizeof FIELD_ALIASES / sizeof FIELD_ALIASES[0]); k++) {
+        SpanField field = FIELD_ALIASES[k].field;
+        if (((reader->mapped | reader->required) & (1u << field)) != 0 ||
+            !PyUnicode_Check(attributes[field])) {
+            continue;
+        }
+        int state = name_state(span, type, attributes[field]);
+        if (state < 0) {
+            goto done;
+        }
+        if (state != NAME_ABSENT) {
+            continue;
+        }
+        int alias_failed = 0;
+        PyObject *alias = present_alias(span, type, k, &alias_failed);
+        if (alias_failed) {
+            goto done;
+        }
+        if (alias == NULL) {
+            continue;
+        }
+        PyObject *part = PyUnicode_FromFormat("%R but no %R", alias, attributes[field]);
+        int set = part != NULL && PyList_Append(parts, part) == 0
+                      ? PyDict_SetItemString(found, span_field_names[field], alias)
+                      : -1;
+        Py_XDECREF(part);
+        Py_DECREF(alias);
+        if (set < 0) {
+            goto done;
+        }
+        if (first < 0) {
+            first = (int)field;
+        }
+    }
+    if (first < 0) {
+        result = 0;
+        goto done;
+    }
+    if (reader->warned_types == NULL && (reader->warned_types = PySet_New(NULL)) == NULL) {
+        goto done;
+    }
+    /* Noted before warning: a warnings hook that encodes this class again
+     * is not warned again. */
+    if (PySet_Add(reader->warned_types, weak) < 0) {
+        goto done;
+    }
+    added = 1;
+    name = class_display_name(type);
+    separator = PyUnicode_FromString(", ");
+    listed = name != NULL && separator != NULL ? PyUnicode_Join(separator, parts) : NULL;
+    if (listed == NULL) {
+        goto done;
+    }
+    int several = PyDict_GET_SIZE(found) > 1;
+    message =
+        PyUnicode_FromFormat("span class %U has %U, which spanpack does not write: encode "
+                             "with fields=%R to write %s, or map the field%s to silence "
+                             "this warning",
+                             name, listed, found, several ? "them" : "it", several ? "s" : "");
+    if (message == NULL) {
+        goto done;
+    }
+    const char *text = PyUnicode_AsUTF8(message);
+    result = text != NULL ? PyErr_WarnEx(reader->field_warning, text, 1) : -1;
+done:
+    if (result < 0) {
+        *failed = first >= 0 ? first : -1;
+        if (added) {
+            /* Raised instead of shown (an "error" filter): say it again at
+             * the next encode, as Python's own warnings do. */
+            PyObject *type_, *value, *traceback;
+            PyErr_Fetch(&type_, &value, &traceback);
+            if (PySet_Discard(reader->warned_types, weak) < 0) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type_, value, traceback);
+        }
+    }
+    Py_XDECREF(message);
+    Py_XDECREF(listed);
+    Py_XDECREF(separator);
+    Py_XDECREF(name);
+    Py_XDECREF(parts);
+    Py_XDECREF(found);
+    Py_XDECREF(weak);
+    return result;
+}
+
+/* A fields= mapping that names an attribute `type` can never have (no slot,
+ * class attribute, __getattr__ or instance __dict__) is a typo that would
+ * lose the field on every span: a TypeError naming both, *failed the
+ * field.  For a dotted path the first step is checked. */
+static int
+check_mapped_names(SpanFieldReader *reader, PyTypeObject *type, const FieldAccess *access,
+                   int *failed)
+{
+    for (int i = 0; i < SF_COUNT; i++) {
+        if (!(reader->mapped & (1u << i))) {
+            continue;
+        }
+        PyObject *attribute = reader->attribute[i];
+        PyObject *first = PyTuple_Check(attribute) ? PyTuple_GET_ITEM(attribute, 0) : attribute;
+        FieldSource source = access[i].source;
+        if (first != attribute) {
+            FieldAccess step;
+            Py_ssize_t offset;
+            classify_attribute(type, first, &step, &offset);
+            source = step.source;
+            Py_XDECREF(step.object);
+        }
+        if (source != FIELD_ABSENT) {
+            continue;
+        }
+        PyObject *name = class_display_name(type);
+        if (name != NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "fields maps %s to %R, an attribute span class %U can never have (no "
+                         "slot, class attribute, __getattr__ or instance __dict__ holds it)",
+                         span_field_names[i], first, name);
+            Py_DECREF(name);
+        }
+        *failed = i;
+        return -1;
+    }
+    return 0;
+}
+
+/* The layout of `type`, from the cache or resolved now (from `span`, an
+ * instance, or NULL: the first span of a class is checked for misnamed
+ * fields).  Resolving may run Python code (a key's __eq__ in a class
+ * __dict__, which could even switch the span's class and free `type`; a
+ * warning's filters and hooks): the class is held, the accesses are
+ * computed first and installed in one step afterwards, and the caller
+ * copies what it needs before it runs any Python code itself.  NULL with an
+ * error, *failed naming the field (-1: none), when the class's names are
+ * refused or a warning raised. */
+static SP_NOINLINE SpanTypeLayout *layout_resolve(SpanFieldReader *reader, PyTypeObject *type,
+                                                  PyObject *span, int *failed);
+
+static inline SpanTypeLayout *
+layout_for(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int *failed)
 {
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         SpanTypeLayout *layout = &reader->layouts[i];
@@ -522,16 +887,40 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
             return layout;
         }
     }
+    return layout_resolve(reader, type, span, failed);
+}
+
+static SP_NOINLINE SpanTypeLayout *
+layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int *failed)
+{
     Py_INCREF(type);
+    PyObject *const *attributes = reader->attribute;
+    int ddtrace_span = reader->recognise_ddtrace ? is_ddtrace_span_class(reader, type) : 0;
+    if (ddtrace_span < 0) {
+        *failed = -1;
+        Py_DECREF(type);
+        return NULL;
+    }
+    if (ddtrace_span) {
+        attributes = reader->ddtrace_attribute;
+    }
     FieldAccess access[SF_COUNT];
     Py_ssize_t offsets[SF_COUNT];
     /* The first lookup gives the class a version tag; a change to the class
      * while the others run (Python code) changes it, and this layout is then
      * resolved again at the next span. */
-    classify_attribute(type, reader->attribute[0], &access[0], &offsets[0]);
+    classify_attribute(type, attributes[0], &access[0], &offsets[0]);
     unsigned int version_tag = type->tp_version_tag;
     for (int i = 1; i < SF_COUNT; i++) {
-        classify_attribute(type, reader->attribute[i], &access[i], &offsets[i]);
+        classify_attribute(type, attributes[i], &access[i], &offsets[i]);
+    }
+    if (check_mapped_names(reader, type, access, failed) < 0 ||
+        (!ddtrace_span && warn_other_names(reader, type, span, attributes, failed) < 0)) {
+        for (int i = 0; i < SF_COUNT; i++) {
+            Py_XDECREF(access[i].object);
+        }
+        Py_DECREF(type);
+        return NULL;
     }
     SpanTypeLayout *layout = NULL;
     for (int i = 0; i < SPAN_LAYOUT_CACHE && layout == NULL; i++) {
@@ -548,7 +937,8 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
     SpanTypeLayout previous = *layout;
     memcpy(layout->access, access, sizeof access);
     memcpy(layout->offset, offsets, sizeof offsets);
-    layout_index(layout, type, reader->attribute);
+    layout->attributes = attributes;
+    layout_index(layout, type, attributes);
     layout->type = type; /* takes the reference held above */
     int watchable = watch_object_types(layout);
     layout->version_tag = watchable && version_tag == type->tp_version_tag ? version_tag : 0;
@@ -557,7 +947,7 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type)
      * use this reader and evict the entry just made: then make it again. */
     layout_clear(&previous);
     if (layout->type != type) {
-        return layout_for(reader, type);
+        return layout_for(reader, type, span, failed);
     }
     return layout;
 }
@@ -605,19 +995,6 @@ read_instance_fields(SpanTypeLayout *layout, PyObject *span, uint32_t fields, Py
 #endif
 }
 
-/* `value` (a new reference, or NULL) for `key` in `dict`, which no other
- * thread can change in between on free-threaded builds. */
-static int
-dict_get_ref(PyObject *dict, PyObject *key, PyObject **value)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyDict_GetItemRef(dict, key, value) < 0 ? -1 : 0;
-#else
-    *value = Py_XNewRef(PyDict_GetItemWithError(dict, key));
-    return *value == NULL && PyErr_Occurred() ? -1 : 0;
-#endif
-}
-
 int
 spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
                 SpanValues *values)
@@ -642,7 +1019,12 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
      * from the cache: the class and the accesses still to be made are owned
      * first, and the slots read before any Python code runs. */
     PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
-    SpanTypeLayout *layout = layout_for(reader, type); /* describes `type` */
+    SpanTypeLayout *layout = layout_for(reader, type, span, &values->failed); /* of `type` */
+    if (layout == NULL) {
+        Py_DECREF(type);
+        goto error;
+    }
+    PyObject *const *attributes = layout->attributes;
     uint32_t pending = layout->call_fields & fields_mask(first, last);
     uint32_t in_place = layout->instance_fields & pending;
     if (in_place != 0 && read_instance_fields(layout, span, in_place, values->value)) {
@@ -669,7 +1051,7 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
             continue;
         }
         if (result == 0 &&
-            read_access(span, type, &calls[i], 0, reader->attribute[i], &values->value[i]) < 0) {
+            read_access(span, type, &calls[i], 0, attributes[i], &values->value[i]) < 0) {
             values->failed = i;
             result = -1;
         }
@@ -700,43 +1082,29 @@ spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, Py
 /* Is `type` ddtrace's own Context class (whose dd_origin property returns
  * `_meta["_dd.origin"]`)?  A subclass or look-alike could override that
  * property, so anything else is asked through it.  1, 0, or -1 with an
- * error (looking `__module__` up in the class's own dict may compare keys,
- * which runs Python code: the class and its dict are held across it). */
+ * error. */
 static int
 is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
 {
     if (type == reader->ddtrace_context_type) {
         return 1;
     }
-    if (reader->ddtrace_context_type != NULL || strcmp(type->tp_name, "Context") != 0 ||
-        type->tp_dict == NULL) {
+    if (reader->ddtrace_context_type != NULL) {
         return 0;
     }
-    int result = -1;
-    PyObject *module = NULL;
-    Py_INCREF(type);
-    PyObject *type_dict = Py_NewRef(type->tp_dict);
-    PyObject *module_key = PyUnicode_InternFromString("__module__");
-    if (module_key == NULL || dict_get_ref(type_dict, module_key, &module) < 0) {
-        goto done;
-    }
-    result = module != NULL && PyUnicode_Check(module) &&
-             PyUnicode_CompareWithASCIIString(module, "ddtrace._trace.context") == 0;
-    if (result && reader->ddtrace_context_type == NULL) {
+    int result = class_named(type, "ddtrace._trace.context", "Context");
+    if (result > 0 && reader->ddtrace_context_type == NULL) {
         reader->ddtrace_context_type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     }
-done:
-    Py_XDECREF(module);
-    Py_XDECREF(module_key);
-    Py_DECREF(type_dict);
-    Py_DECREF(type);
     return result;
 }
 
 int
 spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value)
 {
-    if (reader->context_name == NULL || PyDict_Check(span)) {
+    if (PyDict_Check(span) ||
+        !(reader->ddtrace_fields || (reader->ddtrace_span_type != NULL &&
+                                     PyObject_TypeCheck(span, reader->ddtrace_span_type)))) {
         return spanfields_read_one(reader, span, SF_ORIGIN, value);
     }
     PyObject *context, *meta = NULL;
@@ -886,7 +1254,16 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
         borrow_cancel(values);
     }
     else if (may_borrow) {
-        SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span));
+        SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span), span, &values->failed);
+        if (layout == NULL) {
+            values->first = SF_FIRST_PER_SPAN;
+            values->last = SF_LAST_PER_SPAN;
+            values->borrowed = 0;
+            for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
+                values->value[i] = NULL;
+            }
+            return -1;
+        }
         borrow_begin(values);
         /* Every field a slot, absent, or in the instance's values array:
          * nothing to call.  (Resolving the layout, and in debug builds

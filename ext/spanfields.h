@@ -16,9 +16,11 @@
  * the dict key and the name the encoder reads by default), the attribute of
  * ddtrace's pure-Python Span (4.x) that holds it with fields="ddtrace" (a
  * dotted path is followed step by step), and three flags:
- *   per_span:   read from every span (the others are trace-level values, read
- *               from a trace's first span only); these form one run,
- *               SF_FIRST_PER_SPAN..SF_LAST_PER_SPAN;
+ *   per_span:   read from every span (the other, origin, is a trace-level
+ *               value, read from a trace's first span only); these form one
+ *               run, SF_FIRST_PER_SPAN..SF_LAST_PER_SPAN (trace_id is read
+ *               from every span to check it, though only the first span's is
+ *               written, as ddtrace writes it);
  *   prefetched: a per-span field whose value is worth loading ahead (ids,
  *               times, text and tag dicts are distinct objects per span;
  *               error, meta_struct, links and events are nearly always shared
@@ -29,7 +31,7 @@
 /* clang-format off */
 #define SPAN_FIELDS(X)                                                                             \
     /* constant      protocol name  ddtrace attribute    per_span prefetched required */            \
-    X(SF_TRACE_ID,     "trace_id",    "trace_id",          0,       0,         1)                   \
+    X(SF_TRACE_ID,     "trace_id",    "trace_id",          1,       0,         1)                   \
     X(SF_SPAN_ID,      "span_id",     "span_id",           1,       1,         1)                   \
     X(SF_PARENT_ID,    "parent_id",   "parent_id",         1,       1,         0)                   \
     X(SF_SERVICE,      "service",     "service",           1,       1,         0)                   \
@@ -63,7 +65,7 @@ typedef enum { SPAN_FIELDS(SF_ENUM_ENTRY) SF_COUNT } SpanField;
 #define SF_REQUIRED_FIELDS (0u SPAN_FIELDS(SF_FLAG_BIT_REQUIRED))
 
 /* The per-span fields as a range, for the loops that read every span. */
-#define SF_FIRST_PER_SPAN SF_SPAN_ID
+#define SF_FIRST_PER_SPAN SF_TRACE_ID
 #define SF_LAST_PER_SPAN SF_EVENTS
 #define SF_PER_SPAN_COUNT (SF_LAST_PER_SPAN - SF_FIRST_PER_SPAN + 1)
 
@@ -106,6 +108,10 @@ typedef struct {
 typedef struct {
     PyTypeObject *type; /* strong reference; NULL when unused */
     unsigned int version_tag;
+    /* The attribute names the accesses were resolved for: the reader's
+     * `attribute`, or its `ddtrace_attribute` for ddtrace's own Span class
+     * (recognised when no fields= is given). */
+    PyObject *const *attributes;
     FieldAccess access[SF_COUNT];
     /* The classes of the objects in `access` that can change (heap types:
      * a descriptor class that loses __get__, a default's class that gains
@@ -158,10 +164,29 @@ typedef struct {
     PyObject *context_meta_name;
     PyObject *origin_meta_key;
     PyTypeObject *ddtrace_context_type;
+    /* fields="ddtrace" was given (every class is read with ddtrace's names). */
+    int ddtrace_fields;
+    /* No fields= was given: ddtrace's own Span class (and its subclasses) is
+     * recognised and read with ddtrace's names, `ddtrace_attribute` (the
+     * form of `attribute`), found by module and name when a class is first
+     * resolved, never by importing ddtrace; the class once found (strong
+     * reference), else NULL. */
+    int recognise_ddtrace;
+    PyObject *ddtrace_attribute[SF_COUNT];
+    PyTypeObject *ddtrace_span_type;
+    /* Fields a fields= mapping names (bit i: field i): a class that can
+     * never have the attribute is refused when it is first resolved. */
+    uint32_t mapped;
+    /* spanpack.SpanFieldWarning (strong reference), raised once per class
+     * whose first span keeps a field under another common name, and the
+     * classes warned about (a set of weak references), made when needed. */
+    PyObject *field_warning;
+    PyObject *warned_types;
     /* Fields a span must have (bit i: field i); the others may be absent. */
     uint32_t required;
-    /* The same per-span ones as a list, for the
-     * check every span goes through. */
+    /* The same per-span ones but trace_id (checked with its type, see
+     * spanvalues_missing_required) as a list, for the check every span goes
+     * through. */
     SpanField required_span_fields[SF_COUNT];
     int required_span_count;
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
@@ -169,8 +194,9 @@ typedef struct {
     int last_layout; /* the layout used last: tried first by the prefetcher */
 } SpanFieldReader;
 
-/* `fields`: None, "ddtrace", or a mapping protocol field -> attribute name. */
-int spanfields_init(SpanFieldReader *reader, PyObject *fields);
+/* `fields`: None, "ddtrace", or a mapping protocol field -> attribute name;
+ * `field_warning`: the warning category for fields kept under other names. */
+int spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warning);
 void spanfields_clear(SpanFieldReader *reader);
 int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
 
@@ -200,7 +226,11 @@ typedef struct {
 } SpanValues;
 
 /* Read fields [first, last] of `span`.  Returns 0, or -1 with an exception
- * set (any reference already read is released). */
+ * set (any reference already read is released) and `failed` naming the
+ * field.  The first span of a class resolves its layout, which refuses a
+ * fields= attribute the class can never have (TypeError) and warns of a
+ * field kept under another common name (SpanFieldWarning, an error under a
+ * warnings filter that says so). */
 int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
                     SpanValues *values);
 void spanvalues_release(SpanValues *values);
@@ -215,16 +245,22 @@ int spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow
 void spanvalues_own(SpanValues *values);
 
 /* The first required per-span field that `values` (read over the per-span
- * fields) lacks, or -1. */
+ * fields) lacks, or -1; SF_COUNT when they are all there but trace_id is
+ * not an int (every span's is checked: a type check on the value read with
+ * the others). */
 static inline int
 spanvalues_missing_required(const SpanFieldReader *reader, const SpanValues *values)
 {
+    PyObject *trace_id = values->value[SF_TRACE_ID];
+    if (SP_UNLIKELY(trace_id == NULL)) {
+        return SF_TRACE_ID;
+    }
     for (int k = 0; k < reader->required_span_count; k++) {
         if (values->value[reader->required_span_fields[k]] == NULL) {
             return (int)reader->required_span_fields[k];
         }
     }
-    return -1;
+    return SP_LIKELY(PyLong_Check(trace_id)) ? -1 : SF_COUNT;
 }
 
 /* The text fields a writer may want to look ahead at (e.g. to prefetch their

@@ -39,6 +39,77 @@ span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, cons
     return -1;
 }
 
+/* Append `note` to the exception's notes, as BaseException.add_note does
+ * (a method from CPython 3.11; on older versions the list is set directly,
+ * which 3.11's tracebacks would show the same way).  An exception that
+ * carries the same note already (located once before) is left alone. */
+static int
+exception_add_note(PyObject *exception, PyObject *note)
+{
+    PyObject *notes = NULL;
+    int result = -1;
+    notes = PyObject_GetAttrString(exception, "__notes__");
+    if (notes == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    }
+    if (notes != NULL && PyList_Check(notes)) {
+        int known = PySequence_Contains(notes, note);
+        if (known != 0) {
+            result = known < 0 ? -1 : 0;
+            goto done;
+        }
+    }
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *added = PyObject_CallMethod(exception, "add_note", "O", note);
+    result = added != NULL ? 0 : -1;
+    Py_XDECREF(added);
+#else
+    if (notes == NULL) {
+        notes = PyList_New(0);
+        if (notes == NULL || PyObject_SetAttrString(exception, "__notes__", notes) < 0) {
+            goto done;
+        }
+    }
+    if (!PyList_Check(notes)) {
+        PyErr_SetString(PyExc_TypeError, "Cannot add note: __notes__ is not a list");
+        goto done;
+    }
+    result = PyList_Append(notes, note);
+#endif
+done:
+    Py_XDECREF(notes);
+    return result;
+}
+
+/* Add the location to the current exception as a note (see span_reraise);
+ * if that fails, the exception stays as it was. */
+static void
+add_location_note(SpanWriter *w, const char *field, PyObject *key)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value == NULL || !PyObject_TypeCheck(value, (PyTypeObject *)PyExc_Exception)) {
+        PyErr_Restore(type, value, traceback); /* KeyboardInterrupt, SystemExit: as they are */
+        return;
+    }
+    if (traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    PyObject *note = key != NULL ? PyUnicode_FromFormat("trace %zd, span %zd, field %s key %R",
+                                                        w->trace_index, w->span_index, field, key)
+                                 : PyUnicode_FromFormat("trace %zd, span %zd, field %s",
+                                                        w->trace_index, w->span_index, field);
+    if (note == NULL || exception_add_note(value, note) < 0) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(note);
+    PyErr_Restore(type, value, traceback);
+}
+
 int
 span_reraise(SpanWriter *w, const char *field, PyObject *key)
 {
@@ -58,6 +129,9 @@ span_reraise(SpanWriter *w, const char *field, PyObject *key)
         type = PyExc_AttributeError; /* raised by a span's getter */
     }
     if (type == NULL) {
+        Py_XINCREF(key); /* naming it may run Python code */
+        add_location_note(w, field, key);
+        Py_XDECREF(key);
         return -1;
     }
     PyObject *exc_type, *exc_value, *exc_tb;
@@ -257,6 +331,19 @@ cut_keys_clear(SpanWriter *w)
     w->cut_key_count = 0;
 }
 
+/* Forget the cut keys of `field`'s map after the first `count` (those of a
+ * dropped entry). */
+static void
+cut_keys_rollback(SpanWriter *w, const char *field, Py_ssize_t count)
+{
+    if (w->cut_keys_field != field || w->cut_keys_span != w->span_index) {
+        return;
+    }
+    while (w->cut_key_count > count) {
+        Py_DECREF(w->cut_keys[--w->cut_key_count]); /* exact str: no finalizer */
+    }
+}
+
 /* Is `written` one of the cut keys kept?  Exact str compared: no code runs. */
 static int
 cut_key_seen(const SpanWriter *w, PyObject *written)
@@ -334,6 +421,34 @@ span_int_error(SpanWriter *w, PyObject *value, const char *field, int is_signed)
 }
 
 int
+meta_struct_document(SpanWriter *w, PyObject *key, PyObject *value, int write)
+{
+    OutBuf document;
+    if (outbuf_init_raw(&document, 256) < 0) {
+        return -1;
+    }
+    int result = pack_object(&w->value_options, &document, value, PACK_NEST_LIMIT);
+    if (result == 0 && write) {
+        result = mp_write_bin(w->out, document.start, outbuf_len(&document));
+    }
+    if (result < 0) {
+        span_reraise(w, "meta_struct", key);
+    }
+    outbuf_free(&document);
+    return result;
+}
+
+int
+span_time_error(SpanWriter *w, PyObject *value, const char *field)
+{
+    if (!PyLong_Check(value)) {
+        return span_error(w, PyExc_TypeError, field, NULL, "expected int, not %.200s",
+                          Py_TYPE(value)->tp_name);
+    }
+    return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", value);
+}
+
+int
 span_error_flag_slow(SpanWriter *w, PyObject *value, int *flag)
 {
     if (!PyLong_Check(value)) {
@@ -389,8 +504,7 @@ read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
         return raise_missing_field(w, SF_TRACE_ID);
     }
     if (!PyLong_Check(value)) {
-        return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
-                          Py_TYPE(value)->tp_name);
+        return raise_trace_id_not_int(w, value);
     }
     uint64_t low;
     if (pyint_as_u64(value, &low) == 0) {
@@ -435,7 +549,9 @@ trace_info_read(SpanWriter *w, PyObject *first_span, TraceInfo *info)
     info->origin = NULL;
     w->span_index = 0;
     if (spanfields_read(w->reader, first_span, SF_TRACE_ID, SF_TRACE_ID, &values) < 0) {
-        return span_reraise(w, "trace_id", NULL);
+        /* (The first span of a class may fail on another field's name.) */
+        return span_reraise(w, span_field_names[values.failed >= 0 ? values.failed : SF_TRACE_ID],
+                            NULL);
     }
     int result = read_trace_id(w, values.value[SF_TRACE_ID], info);
     Py_XDECREF(values.value[SF_TRACE_ID]);
@@ -647,6 +763,11 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
         Py_ssize_t holes_before = w->holes ? w->holes->count : 0;
         uint32_t strings_before = w->strings ? w->strings->count : 0;
         Py_ssize_t encoded_before = w->strings ? outbuf_len(&w->strings->encoded) : 0;
+        /* The cut keys of this map so far (a dropped entry's key is no
+         * longer written: a later key cut to the same text is then the
+         * first). */
+        Py_ssize_t cut_keys_before =
+            w->cut_keys_field == field && w->cut_keys_span == w->span_index ? w->cut_key_count : 0;
         Py_INCREF(key);
         Py_INCREF(value);
         int result = write_entry(w, key, value);
@@ -664,6 +785,7 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
             if (w->strings != NULL) {
                 strtable_rollback(w->strings, strings_before, encoded_before);
             }
+            cut_keys_rollback(w, field, cut_keys_before);
             w->dropped_tags++;
         }
         else {
@@ -829,4 +951,11 @@ raise_missing_field(SpanWriter *w, int field)
     }
     return span_error(w, PyExc_TypeError, span_field_names[field], NULL,
                       "missing (no attribute or key %R)", w->reader->attribute[field]);
+}
+
+int
+raise_trace_id_not_int(SpanWriter *w, PyObject *trace_id)
+{
+    return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
+                      Py_TYPE(trace_id)->tp_name);
 }

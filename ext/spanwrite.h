@@ -42,8 +42,11 @@ int span_error(SpanWriter *w, PyObject *type, const char *field, PyObject *key, 
                ...);
 
 /* Re-raise the current exception with the location prefixed when it is a
- * TypeError or ValueError (OverflowError and UnicodeError become ValueError),
- * the original as __cause__; other exceptions pass through.  Returns -1. */
+ * TypeError, ValueError or AttributeError (OverflowError and UnicodeError
+ * become ValueError), the original as __cause__; any other Exception keeps
+ * its type and gets the location as a note (PEP 678: "trace T, span S,
+ * field F[ key K]", in __notes__, which tracebacks show from CPython 3.11).
+ * Returns -1. */
 int span_reraise(SpanWriter *w, const char *field, PyObject *key);
 
 /* Text: str, bytes or bytearray (and None where the field allows).  The
@@ -88,6 +91,11 @@ check_tag_key(SpanWriter *w, const char *field, PyObject *key)
     return SP_LIKELY(length < CUT_TEXT_LEN - 3) ? 0 : check_cut_key_unique(w, field, key);
 }
 
+/* A meta_struct value packed as a msgpack document of its own (the Packer's
+ * defaults), written as a bin when `write`, else only checked (v0.5, which
+ * has no place for it).  Errors name the entry. */
+int meta_struct_document(SpanWriter *w, PyObject *key, PyObject *value, int write);
+
 /* TypeError unless a meta value is text. */
 static inline int
 check_meta_value(SpanWriter *w, PyObject *key, PyObject *value)
@@ -116,6 +124,34 @@ span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
         return 0;
     }
     return span_int_error(w, value, field, 1);
+}
+
+/* start and duration, one rule for every version (docs/wire-format.md, "One
+ * trace, one meaning"): an int within 64 bits (signed or unsigned), clamped
+ * to [0, 2**63 - 1] as the agent's normalizer treats it (a negative duration
+ * is 0 there) and as the reference tracer's v0.5 encoder clamps it; None is 0.
+ * int subclasses too: their value is read as an int's, no method runs.
+ * v0.4 writes an int64 as it is (byte-identical to the reference tracer) and
+ * takes this rule only beyond int64. */
+int span_time_error(SpanWriter *w, PyObject *value, const char *field);
+
+static inline int
+span_time_clamped(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
+{
+    uint64_t magnitude;
+    int negative;
+    *out = 0;
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    if (SP_UNLIKELY(!PyLong_Check(value)) ||
+        SP_UNLIKELY(pyint_magnitude64(value, &magnitude, &negative) != 0)) {
+        return span_time_error(w, value, field);
+    }
+    if (!negative) {
+        *out = magnitude > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)magnitude;
+    }
+    return 0;
 }
 
 /* The span's error field (an int; None or absent is 0) as a flag: 1 when
@@ -327,13 +363,20 @@ span_values_release(SpanWriter *w, SpanValues *v)
 }
 
 int raise_missing_field(SpanWriter *w, int field);
+int raise_trace_id_not_int(SpanWriter *w, PyObject *trace_id);
 
-/* TypeError naming the first required field the span lacks. */
+/* TypeError naming the first required field the span lacks, or a trace_id
+ * that is not an int (every span's is checked; the first span's is the one
+ * written, and its range is checked by trace_info_read). */
 static inline int
 check_required_fields(SpanWriter *w, const SpanValues *values)
 {
     int missing = spanvalues_missing_required(w->reader, values);
-    return SP_LIKELY(missing < 0) ? 0 : raise_missing_field(w, missing);
+    if (SP_LIKELY(missing < 0)) {
+        return 0;
+    }
+    return missing < SF_COUNT ? raise_missing_field(w, missing)
+                              : raise_trace_id_not_int(w, values->value[SF_TRACE_ID]);
 }
 
 /* A dict-valued field: NULL/None is an empty dict; anything else but a dict

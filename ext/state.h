@@ -41,7 +41,9 @@
     X(epoch) /* datetime(1970, 1, 1, tzinfo=timezone.utc): module exec */                          \
     /* Exceptions raised by the buffered trace encoder (trace_encoder.c). */                       \
     X(buffer_full_error)                                                                           \
-    X(buffer_item_too_large_error)
+    X(buffer_item_too_large_error)                                                                 \
+    /* spanpack.SpanFieldWarning, a field kept under another name: module exec. */                 \
+    X(span_field_warning)
 
 /* Interned str: X(member, text). */
 #define SPANPACK_STATE_STRINGS(X)                                                                  \

@@ -948,7 +948,7 @@ def compare_forms_and_entry_points(data, payload, version, fields, kwargs):
 # Tags whose v1.0 place depends on the trace (compared apart, or not at all:
 # events and links are converted differently by each version).
 V10_UNCOMPARED_META = {"span.kind", "_dd.p.tid", "_dd.origin", "events", "_dd.span_links"}
-SPAN_KINDS = {"server": 2, "client": 3, "producer": 4, "consumer": 5}
+SPAN_KINDS = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}
 
 
 class _Duplicates:
@@ -1037,10 +1037,10 @@ def compare_v10_span(chunk, index, span, span04):
             priority = metrics04.pop("_sampling_priority_v1", None)
             if priority != chunk[1] or not isinstance(priority, int):
                 differ("priority", chunk[1], priority)
+    # The five kinds are key 16; other text stays an attribute (checked below).
     kind = meta04.get("span.kind")
-    if isinstance(kind, str) and span.get(16) != SPAN_KINDS.get(kind, 1):
-        differ("kind", span.get(16), kind)
-    if kind is None and 16 in span:
+    kind_number = SPAN_KINDS.get(kind) if isinstance(kind, str) else None
+    if span.get(16) != kind_number:
         differ("kind", span.get(16), kind)
     meta, metrics, struct = {}, {}, {}
     attributes = span.get(9, [])
@@ -1054,6 +1054,8 @@ def compare_v10_span(chunk, index, span, span04):
             if name in meta:
                 differ(f"{name} both a field and an attribute", span[key], meta[name])
             meta[name] = span[key]
+    if isinstance(kind, str) and kind_number is None and meta.get("span.kind") != kind:
+        differ("span.kind attribute", meta.get("span.kind"), kind)
     for name in V10_UNCOMPARED_META:
         meta.pop(name, None)
         meta04.pop(name, None)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from spanpack import bench
+from spanpack import bench, samples
+from spanpack.__main__ import main as spanpack_main
 
 
 def _result(shape, key, status="same bytes", best=1e-6, rounds=5):
@@ -18,12 +19,10 @@ def test_rounds_range_is_the_n_of_best_of_n():
     assert bench.rounds_range(results[2:]) == "N"
 
 
-def test_chart_labels_the_gap_of_a_contender_that_differs(tmp_path):
-    pytest.importorskip("matplotlib")
+def _chart_figure(results, tmp_path):
+    """Draw the chart of `results` and return its (still open) figure."""
     import matplotlib.pyplot as plt
 
-    results = [_result("one", "spanpack-slotted"), _result("one", "ddtrace-put"),
-               _result("two", "spanpack-slotted"), _result("two", "ddtrace-put", status="differs: corrupt")]
     figures = []
     real_close = plt.close
     try:
@@ -32,10 +31,78 @@ def test_chart_labels_the_gap_of_a_contender_that_differs(tmp_path):
     finally:
         plt.close = real_close
     [figure] = figures
+    return figure
+
+
+def test_chart_labels_the_gap_of_a_contender_that_differs(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    results = [_result("one", "spanpack-slotted"), _result("one", "ddtrace-put"),
+               _result("two", "spanpack-slotted"), _result("two", "ddtrace-put", status="differs: corrupt")]
+    figure = _chart_figure(results, tmp_path)
     [axes] = figure.axes
     texts = [t.get_text() for t in axes.texts]
-    assert texts == ["differs (not timed)"]
+    assert texts == ["differs (not timed)"]  # and no ratio: spanpack's put+encode was not run
     assert "best of 5 rounds" in axes.get_ylabel()
     assert any("floor = " in t.get_text() for t in figure.texts)
     assert (tmp_path / "chart.png").stat().st_size > 0
-    real_close(figure)
+    plt.close(figure)
+
+
+def test_chart_says_lower_is_better_gives_each_peer_its_ratio_and_explains_the_shapes(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    results = [_result("span_1", "spanpack-slotted", best=2e-6), _result("span_1", "spanpack-dicts", best=3e-6),
+               _result("span_1", "spanpack-ddtrace-put", best=4e-6), _result("span_1", "ddtrace-put", best=20e-6),
+               _result("span_1", "msgpack-prebuilt", best=7e-6)]
+    figure = _chart_figure(results, tmp_path)
+    [axes] = figure.axes
+    assert "lower is better" in axes.get_ylabel() and "lower is better" in axes.get_title()
+    # ddtrace against spanpack's put+encode (20/4), msgpack against encode_traces (7/2); spanpack's own
+    # entry points carry no ratio.
+    assert sorted(t.get_text() for t in axes.texts) == ["3.5×", "5.0×"]
+    notes = "\n".join(t.get_text() for t in figure.texts)
+    assert "span_1" in notes and samples.SHAPES["span_1"].description in notes
+    # spanpack's entry points are told apart by colour and hatching, not only by a shade of blue.
+    looks = {(tuple(bars.patches[0].get_facecolor()), bars.patches[0].get_hatch())
+             for bars in axes.containers}
+    assert len(looks) == len(axes.containers) == 5
+    plt.close(figure)
+
+
+def test_ratios_in_the_table_and_the_chart_use_the_same_baseline():
+    results = [_result("web", "spanpack-slotted", best=1.0), _result("web", "spanpack-ddtrace-put", best=2.0),
+               _result("web", "ddtrace-put", best=9.0), _result("web", "floor", best=0.25)]
+    assert bench.peer_ratio(results, "web", "v0.5", "ddtrace-put") == 4.5
+    assert bench.peer_ratio(results, "web", "v0.5", "floor") == 0.25
+    assert bench.peer_ratio(results, "web", "v0.5", "msgpack-prebuilt") is None  # not run
+
+
+def test_list_aligns_every_column_and_leaves_no_trailing_blanks():
+    lines = bench.listing(bench.VERSIONS).splitlines()
+    shape_lines = lines[1:lines.index("contenders:")]
+    assert [line.split()[0] for line in shape_lines] == samples.shape_names()
+    descriptions = {line.index(samples.SHAPES[line.split()[0]].description) for line in shape_lines}
+    assert len(descriptions) == 1  # every description starts in the same column
+    contender_lines = lines[lines.index("contenders:") + 1:]
+    assert len(contender_lines) == len(bench.CONTENDERS)
+    assert all(line == line.rstrip() for line in lines)
+
+
+def test_help_is_plain_text(capsys):
+    with pytest.raises(SystemExit):
+        spanpack_main(["bench", "--help"])
+    out = capsys.readouterr().out
+    assert "python -m spanpack bench: spanpack against" in out
+    assert "``" not in out
+
+
+def test_version_option_prints_the_installed_distribution_version(capsys):
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as exit_info:
+        spanpack_main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == "spanpack %s\n" % metadata.version("spanpack")

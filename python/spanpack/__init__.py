@@ -7,7 +7,7 @@ and adds the Python layer (headers, sending, the AgentWriter, agent versions).
 __version__ = "0.1.0"
 
 from ._ext import ExtType, Timestamp
-from ._spanpack import BufferFull, BufferItemTooLarge, EncodedTrace, Packer, packb
+from ._spanpack import BufferFull, BufferItemTooLarge, EncodedTrace, Packer, SpanFieldWarning, packb
 from .encoder import TraceMsgPackEncoder, agent_versions, payload_headers
 from .transport import send
 from .writer import AgentWriter
@@ -19,6 +19,7 @@ __all__ = [
     "EncodedTrace",
     "ExtType",
     "Packer",
+    "SpanFieldWarning",
     "Timestamp",
     "TraceMsgPackEncoder",
     "agent_versions",

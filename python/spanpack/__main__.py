@@ -1,5 +1,8 @@
 """``python -m spanpack <command>``.
 
+Options:
+    --version    print spanpack's version and exit
+
 Commands:
     bench    compare spanpack with ddtrace, msgpack, ormsgpack and msgspec on
              built-in sample traces (``python -m spanpack bench --help``)
@@ -10,8 +13,11 @@ import sys
 
 
 def main(argv=None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="python -m spanpack",
                                      description="spanpack command line tools")
+    parser.add_argument("--version", action="version", version="spanpack " + __version__)
     commands = parser.add_subparsers(dest="command", metavar="command")
     bench_parser = commands.add_parser("bench", help="benchmark spanpack against its peers")
 

@@ -99,6 +99,12 @@ class BufferItemTooLarge(Exception):
     limit_name: str  # "max_item_size" or "max_payload_size"
     limit: int
 
+class SpanFieldWarning(UserWarning):
+    """A span class keeps a field under another common name (tags for meta,
+    duration for duration_ns, ...), which is not written; issued once per
+    class, at its first span.  Map the field with fields= to read it or to
+    silence the warning."""
+
 @final
 class EncodedTrace:
     @property

@@ -280,48 +280,43 @@ def _floor(version: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
     return make
 
 
+def _version_contenders(version: str, peers: List[Contender]) -> List[Contender]:
+    """spanpack's four entry points on `version`, then the peers, then the floor."""
+    return [
+        Contender("spanpack-slotted", "spanpack encode_traces (slotted objects)", version, "spanpack",
+                  (), _sp_encode_traces(version, "slotted")),
+        Contender("spanpack-dicts", "spanpack encode_traces (dicts)", version, "spanpack",
+                  (), _sp_encode_traces(version, "dicts")),
+        Contender("spanpack-ddtrace", "spanpack encode_traces (ddtrace spans)", version, "spanpack",
+                  ("ddtrace",), _sp_encode_traces(version, "ddtrace")),
+        Contender("spanpack-ddtrace-put", "spanpack put+encode (ddtrace spans)", version, "spanpack",
+                  ("ddtrace",), _sp_put_encode(version)),
+        *peers,
+        Contender("floor", "floor: bytes(bytearray(payload))", version, "floor", (), _floor(version)),
+    ]
+
+
+def _ddtrace_contender(version: str) -> Contender:
+    label = "ddtrace MsgpackEncoderV%s put+encode" % version[1:].replace(".", "")
+    return Contender("ddtrace-put", label, version, "ddtrace", ("ddtrace",), _dd_put_encode(version))
+
+
+def _packb_contender(module: str, prebuilt: bool) -> Contender:
+    key, label = ("prebuilt", "prebuilt v0.4 dicts") if prebuilt else ("build", "+ building the dicts")
+    return Contender("%s-%s" % (module, key), "%s.packb (%s)" % (module, label), "v0.4", module,
+                     (module,), _packb(module, prebuilt))
+
+
 CONTENDERS: List[Contender] = [
-    Contender("spanpack-slotted", "spanpack encode_traces (slotted objects)", "v0.4", "spanpack",
-              (), _sp_encode_traces("v0.4", "slotted")),
-    Contender("spanpack-dicts", "spanpack encode_traces (dicts)", "v0.4", "spanpack",
-              (), _sp_encode_traces("v0.4", "dicts")),
-    Contender("spanpack-ddtrace", "spanpack encode_traces (ddtrace spans)", "v0.4", "spanpack",
-              ("ddtrace",), _sp_encode_traces("v0.4", "ddtrace")),
-    Contender("spanpack-ddtrace-put", "spanpack put+encode (ddtrace spans)", "v0.4", "spanpack",
-              ("ddtrace",), _sp_put_encode("v0.4")),
-    Contender("ddtrace-put", "ddtrace MsgpackEncoderV04 put+encode", "v0.4", "ddtrace",
-              ("ddtrace",), _dd_put_encode("v0.4")),
-    Contender("msgpack-prebuilt", "msgpack.packb (prebuilt v0.4 dicts)", "v0.4", "msgpack",
-              ("msgpack",), _packb("msgpack", True)),
-    Contender("msgpack-build", "msgpack.packb (+ building the dicts)", "v0.4", "msgpack",
-              ("msgpack",), _packb("msgpack", False)),
-    Contender("ormsgpack-prebuilt", "ormsgpack.packb (prebuilt v0.4 dicts)", "v0.4", "ormsgpack",
-              ("ormsgpack",), _packb("ormsgpack", True)),
-    Contender("ormsgpack-build", "ormsgpack.packb (+ building the dicts)", "v0.4", "ormsgpack",
-              ("ormsgpack",), _packb("ormsgpack", False)),
-    Contender("msgspec-structs", "msgspec Encoder (prebuilt Structs)", "v0.4", "msgspec",
-              ("msgspec",), _msgspec),
-    Contender("floor", "floor: bytes(bytearray(payload))", "v0.4", "floor", (), _floor("v0.4")),
-    Contender("spanpack-slotted", "spanpack encode_traces (slotted objects)", "v0.5", "spanpack",
-              (), _sp_encode_traces("v0.5", "slotted")),
-    Contender("spanpack-dicts", "spanpack encode_traces (dicts)", "v0.5", "spanpack",
-              (), _sp_encode_traces("v0.5", "dicts")),
-    Contender("spanpack-ddtrace", "spanpack encode_traces (ddtrace spans)", "v0.5", "spanpack",
-              ("ddtrace",), _sp_encode_traces("v0.5", "ddtrace")),
-    Contender("spanpack-ddtrace-put", "spanpack put+encode (ddtrace spans)", "v0.5", "spanpack",
-              ("ddtrace",), _sp_put_encode("v0.5")),
-    Contender("ddtrace-put", "ddtrace MsgpackEncoderV05 put+encode", "v0.5", "ddtrace",
-              ("ddtrace",), _dd_put_encode("v0.5")),
-    Contender("floor", "floor: bytes(bytearray(payload))", "v0.5", "floor", (), _floor("v0.5")),
-    Contender("spanpack-slotted", "spanpack encode_traces (slotted objects)", "v1.0", "spanpack",
-              (), _sp_encode_traces("v1.0", "slotted")),
-    Contender("spanpack-dicts", "spanpack encode_traces (dicts)", "v1.0", "spanpack",
-              (), _sp_encode_traces("v1.0", "dicts")),
-    Contender("spanpack-ddtrace", "spanpack encode_traces (ddtrace spans)", "v1.0", "spanpack",
-              ("ddtrace",), _sp_encode_traces("v1.0", "ddtrace")),
-    Contender("spanpack-ddtrace-put", "spanpack put+encode (ddtrace spans)", "v1.0", "spanpack",
-              ("ddtrace",), _sp_put_encode("v1.0")),
-    Contender("floor", "floor: bytes(bytearray(payload))", "v1.0", "floor", (), _floor("v1.0")),
+    *_version_contenders("v0.4", [
+        _ddtrace_contender("v0.4"),
+        _packb_contender("msgpack", True), _packb_contender("msgpack", False),
+        _packb_contender("ormsgpack", True), _packb_contender("ormsgpack", False),
+        Contender("msgspec-structs", "msgspec Encoder (prebuilt Structs)", "v0.4", "msgspec",
+                  ("msgspec",), _msgspec),
+    ]),
+    *_version_contenders("v0.5", [_ddtrace_contender("v0.5")]),
+    *_version_contenders("v1.0", []),  # no other Python encoder writes v1.0
 ]
 VERSIONS = ("v0.4", "v0.5", "v1.0")
 REFERENCE_KEY = "spanpack-slotted"
@@ -630,15 +625,18 @@ def fmt_rate(per_span: Optional[float]) -> str:
     return "%.3g" % rate
 
 
-def table(rows: List[List[str]], right: Sequence[int]) -> str:
+def columns(rows: List[List[str]], right: Sequence[int] = ()) -> List[str]:
+    """The rows as lines of aligned columns (two spaces apart, no trailing blanks)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        lines.append("  ".join(c.rjust(w) if i in right else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(row, widths))).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return ["  ".join(c.rjust(w) if i in right else c.ljust(w)
+                      for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
+def table(rows: List[List[str]], right: Sequence[int]) -> str:
+    """Aligned columns under a header line and a rule of dashes."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    header, *body = columns(rows, right)
+    return "\n".join([header, "  ".join("-" * w for w in widths), *body])
 
 
 def report(results: List[Result]) -> str:
@@ -661,17 +659,34 @@ def report(results: List[Result]) -> str:
     return table(rows, right={3, 4, 5, 6, 7})
 
 
+# The spanpack entry point each peer is measured against: ddtrace's put+encode
+# against spanpack's put+encode on the same ddtrace Spans; every other contender
+# against spanpack encode_traces on slotted objects (REFERENCE_KEY).
+BASELINE = {"ddtrace-put": "spanpack-ddtrace-put"}
+
+SUMMARY_TITLE = ("Peers vs spanpack (time ratio; ddtrace columns compare put+encode on the same "
+                 "ddtrace Spans, the others compare with spanpack on slotted objects):")
 SUMMARY = [
-    # (column title, version, contender key, baseline key)
-    ("ddtrace v0.4", "v0.4", "ddtrace-put", "spanpack-ddtrace-put"),
-    ("ddtrace v0.5", "v0.5", "ddtrace-put", "spanpack-ddtrace-put"),
-    ("msgpack prebuilt", "v0.4", "msgpack-prebuilt", "spanpack-slotted"),
-    ("msgpack +build", "v0.4", "msgpack-build", "spanpack-slotted"),
-    ("ormsgpack prebuilt", "v0.4", "ormsgpack-prebuilt", "spanpack-slotted"),
-    ("ormsgpack +build", "v0.4", "ormsgpack-build", "spanpack-slotted"),
-    ("msgspec Structs", "v0.4", "msgspec-structs", "spanpack-slotted"),
-    ("floor v0.4", "v0.4", "floor", "spanpack-slotted"),
+    # (column title, version, contender key)
+    ("ddtrace v0.4", "v0.4", "ddtrace-put"),
+    ("ddtrace v0.5", "v0.5", "ddtrace-put"),
+    ("msgpack prebuilt", "v0.4", "msgpack-prebuilt"),
+    ("msgpack +build", "v0.4", "msgpack-build"),
+    ("ormsgpack prebuilt", "v0.4", "ormsgpack-prebuilt"),
+    ("ormsgpack +build", "v0.4", "ormsgpack-build"),
+    ("msgspec Structs", "v0.4", "msgspec-structs"),
+    ("floor v0.4", "v0.4", "floor"),
 ]
+
+
+def peer_ratio(results: List[Result], shape: str, version: str, key: str) -> Optional[float]:
+    """The contender's best time over its baseline's (BASELINE), or None if either was not timed."""
+    index = {(r.shape, r.version, r.key): r for r in results}
+    a = index.get((shape, version, key))
+    b = index.get((shape, version, BASELINE.get(key, REFERENCE_KEY)))
+    if a is None or b is None or not (a.timed and b.timed):
+        return None
+    return a.best / b.best
 
 
 def summary(results: List[Result]) -> str:
@@ -681,16 +696,13 @@ def summary(results: List[Result]) -> str:
     rows = [["shape"] + [title for title, *_ in SUMMARY]]
     for shape in shapes:
         row = [shape]
-        for _title, version, key, base in SUMMARY:
-            a, b = index.get((shape, version, key)), index.get((shape, version, base))
-            if a is None or b is None:
-                row.append("-")
-            elif a.status.startswith("differs"):
+        for _title, version, key in SUMMARY:
+            contender = index.get((shape, version, key))
+            ratio = peer_ratio(results, shape, version, key)
+            if contender is not None and contender.status.startswith("differs"):
                 row.append("differs")
-            elif a.timed and b.timed:
-                row.append("%.2fx" % (a.best / b.best))
             else:
-                row.append("-")
+                row.append("-" if ratio is None else "%.2fx" % ratio)
         rows.append(row)
     return table(rows, right=set(range(1, len(rows[0]))))
 
@@ -707,10 +719,38 @@ def rounds_range(results: List[Result]) -> str:
 LEGEND = ("floor = copying the finished payload, bytes(bytearray(payload)): less than any encoder "
           "can spend.  differs = the contender's payload decodes to other data than spanpack's; "
           "it is reported, not timed.")
+RATIO_NOTE = ("The number above a peer's bar is its time / spanpack's, as in the printed table "
+              "(above 1: spanpack is faster): ddtrace against spanpack put+encode on the same "
+              "ddtrace Spans, every other peer against spanpack encode_traces on slotted objects.")
+
+# One look per contender key, the same in every panel: spanpack's entry points
+# share a hue and differ in lightness and hatching; each peer library has its own hue.
+BAR_STYLE: Dict[str, Dict[str, Any]] = {
+    "spanpack-slotted": {"color": "#08306b"},
+    "spanpack-dicts": {"color": "#4292c6", "hatch": "///"},
+    "spanpack-ddtrace": {"color": "#9ecae1", "hatch": "..."},
+    "spanpack-ddtrace-put": {"color": "#deebf7", "hatch": "xxx"},
+    "ddtrace-put": {"color": "#31a354"},
+    "msgpack-prebuilt": {"color": "#e6550d"}, "msgpack-build": {"color": "#fdae6b", "hatch": "///"},
+    "ormsgpack-prebuilt": {"color": "#756bb1"}, "ormsgpack-build": {"color": "#bcbddc", "hatch": "///"},
+    "msgspec-structs": {"color": "#d6616b"},
+    "floor": {"color": "#969696"},
+}
+
+
+def fmt_ratio(ratio: float) -> str:
+    return ("%.1f×" if ratio >= 1 else "%.2f×") % ratio
+
+
+def shape_key(shapes: Sequence[str]) -> str:
+    """One line per shape: its name and what it holds (as bench --list says)."""
+    rows = [[name, samples.SHAPES[name].description] for name in shapes if name in samples.SHAPES]
+    return "\n".join(columns(rows)) if rows else ""
 
 
 def chart(results: List[Result], path: str, title: str) -> None:
-    """A PNG bar chart: time per span (log scale), one group per shape."""
+    """A PNG bar chart: time per span (log scale, lower is better), a panel per
+    payload version, one group of bars per shape, each peer's ratio above its bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -718,48 +758,64 @@ def chart(results: List[Result], path: str, title: str) -> None:
 
     versions = [v for v in VERSIONS if any(r.version == v for r in results)]
     shapes = list(dict.fromkeys(r.shape for r in results))
+    shapes_text = shape_key(shapes)
+    key_lines = shapes_text.count("\n") + 1 if shapes_text else 0
+    footer = 0.6 + 0.17 * key_lines  # inches below the last panel for the notes and shape key
+    height = 7 * len(versions) + footer
     fig, axes = plt.subplots(len(versions), 1, squeeze=False,
-                             figsize=(max(12, 1.6 * len(shapes)), 7 * len(versions)))
-    # One colour per contender key, the same in both panels.
-    palette = {
-        "spanpack-slotted": "#08519c", "spanpack-dicts": "#3182bd",
-        "spanpack-ddtrace": "#6baed6", "spanpack-ddtrace-put": "#9ecae1",
-        "ddtrace-put": "#31a354", "msgpack-prebuilt": "#e6550d", "msgpack-build": "#fdae6b",
-        "ormsgpack-prebuilt": "#756bb1", "ormsgpack-build": "#bcbddc",
-        "msgspec-structs": "#d6616b", "floor": "#969696",
-    }
+                             figsize=(max(12, 1.6 * len(shapes)), height))
     for ax, version in zip(axes[:, 0], versions):
         keys = list(dict.fromkeys(r.key for r in results if r.version == version
                                   and (r.timed or r.status.startswith("differs"))))
         width = 0.85 / max(1, len(keys))
+        tallest = 0.0
         for j, key in enumerate(keys):
+            style = BAR_STYLE.get(key, {"color": "#444444"})
             xs, ys, label = [], [], None
             for i, shape in enumerate(shapes):
+                x = i - 0.425 + width * (j + 0.5)
                 match = [r for r in results
                          if r.shape == shape and r.version == version and r.key == key and r.timed]
                 if match:
                     label = match[0].label
-                    xs.append(i - 0.425 + width * (j + 0.5))
+                    xs.append(x)
                     ys.append(match[0].per_span * 1e9)
+                    ratio = peer_ratio(results, shape, version, key)
+                    if ratio is not None and not key.startswith("spanpack-"):
+                        ax.annotate(fmt_ratio(ratio), (x, ys[-1]), xytext=(0, 2),
+                                    textcoords="offset points", rotation=90, ha="center",
+                                    va="bottom", fontsize=7,
+                                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
+                                          "alpha": 0.8})  # legible over a taller neighbour
                 elif any(r.shape == shape and r.version == version and r.key == key
                          and r.status.startswith("differs") for r in results):
                     # No bar: say why at its place, on the axis.
-                    ax.annotate("differs (not timed)", (i - 0.425 + width * (j + 0.5), 0), xytext=(0, 3),
+                    ax.annotate("differs (not timed)", (x, 0), xytext=(0, 3),
                                 xycoords=("data", "axes fraction"), textcoords="offset points",
                                 rotation=90, ha="center", va="bottom", fontsize=8,
-                                color=palette.get(key, "#444444"))
+                                color=style["color"])
             if xs:
-                ax.bar(xs, ys, width, label=label, color=palette.get(key, "#444444"))
+                ax.bar(xs, ys, width, label=label, edgecolor="#08306b" if "hatch" in style else None,
+                       linewidth=0.4, **style)
+                tallest = max(tallest, max(ys))
         ax.set_yscale("log")
-        ax.set_ylabel("ns per span (best of %s rounds, log scale)" % rounds_range(results))
-        ax.set_title("%s payloads" % version)
+        if tallest:
+            ax.set_ylim(top=tallest * 4)  # room for the ratios above the tallest bars
+        ax.set_ylabel("ns per span, log scale: lower is better\n(best of %s rounds)"
+                      % rounds_range(results))
+        ax.set_title("%s payloads: time per span (lower is better)" % version)
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels(shapes, rotation=15)
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     fig.suptitle(title)
-    fig.text(0.5, 0.005, LEGEND, ha="center", va="bottom", fontsize=8, wrap=True)
-    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    bottom = footer / height
+    fig.text(0.5, bottom - 0.1 / height, RATIO_NOTE + "\n" + LEGEND, ha="center", va="top", fontsize=8,
+             wrap=True)
+    if key_lines:
+        fig.text(0.5, bottom - 0.5 / height, "shapes:\n" + shapes_text, ha="center", va="top",
+                 multialignment="left", fontsize=8, family="monospace")
+    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.3 / height))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -791,34 +847,39 @@ def environment() -> Dict[str, Any]:
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     if parser is None:
         parser = argparse.ArgumentParser(prog="python -m spanpack bench")
-    parser.description = __doc__.strip().splitlines()[0]
+    # The docstring's first line, without its reST markup (argparse prints text as it is).
+    parser.description = __doc__.strip().splitlines()[0].replace("``", "")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer and shorter rounds (3-10 instead of 5-40), smaller many_traces")
+                        help="fewer and shorter rounds (%d-%d instead of %d-%d), smaller many_traces"
+                        % (QUICK_BUDGET.min_rounds, QUICK_BUDGET.max_rounds,
+                           DEFAULT_BUDGET.min_rounds, DEFAULT_BUDGET.max_rounds))
     parser.add_argument("--out", nargs="?", const="bench.png", default=None, metavar="PNG",
                         help="write a bar chart (default file name: bench.png)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--shapes", nargs="+", metavar="SHAPE", choices=samples.shape_names(),
                         default=None, help="shapes to run (default: all): %s"
                         % ", ".join(samples.shape_names()))
-    parser.add_argument("--versions", nargs="+", choices=list(VERSIONS), default=list(VERSIONS))
+    parser.add_argument("--versions", nargs="+", choices=list(VERSIONS), default=list(VERSIONS),
+                        help="payload versions to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list shapes and contenders, then exit")
     parser.add_argument("--no-user-classes", action="store_true",
                         help="skip the table of span classes of one's own (spanpack.user_spans)")
     return parser
 
 
+def listing(versions: Sequence[str]) -> str:
+    """What bench --list prints: the shapes, then the contenders, in aligned columns."""
+    shape_rows = [["  " + shape.name, shape.description] for shape in samples.SHAPES.values()]
+    contender_rows = [["  " + c.version, c.label, "" if all(map(available, c.requires))
+                       else "(missing: %s)" % ", ".join(c.requires)] for c in contenders(versions)]
+    return "\n".join(["shapes:", *columns(shape_rows), "contenders:", *columns(contender_rows)])
+
+
 def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace] = None) -> int:
     if args is None:
         args = build_parser().parse_args(argv)
     if args.list:
-        print("shapes:")
-        for shape in samples.SHAPES.values():
-            print("  %-12s %s" % (shape.name, shape.description))
-        print("contenders:")
-        for c in contenders(args.versions):
-            print("  %s  %-44s %s" % (c.version, c.label,
-                                      "" if all(map(available, c.requires))
-                                      else "(missing: %s)" % ", ".join(c.requires)))
+        print(listing(args.versions))
         return 0
     shapes = args.shapes or samples.shape_names()
 
@@ -841,8 +902,7 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
     print()
     print(report(results))
     print()
-    print("Peers vs spanpack (time ratio; ddtrace columns compare put+encode on the same "
-          "ddtrace Spans, the others compare with spanpack on slotted objects):")
+    print(SUMMARY_TITLE)
     print(summary(results))
     print(LEGEND)
     if user_classes is not None:

@@ -138,6 +138,8 @@ def v10_preamble(
     def stream(text: Any, what: str) -> bytes:
         if not isinstance(text, str):
             raise TypeError(f"{what} must be str, not {type(text).__name__}")
+        if type(text) is not str:
+            text = str.__str__(text)  # a subclass (a StrEnum member) as its text
         text = _cut(text)
         text.encode("utf-8")  # a lone surrogate raises here
         if text in streamed:

@@ -190,6 +190,11 @@ _HTTP = [
 ]
 
 
+def _client_tags(component: str) -> Dict[str, str]:
+    """The first tags of a web trace's client span (a fresh dict, in this order)."""
+    return {"env": "prod", "version": "2024.11.3", "component": component, "span.kind": "client"}
+
+
 def _web(ntraces: int = 1, children: int = 50, seed: int = 7) -> List[List[Record]]:
     """Request traces: a Django-style root span and `children` SQL/HTTP spans.
 
@@ -250,10 +255,7 @@ def _web(ntraces: int = 1, children: int = 50, seed: int = 7) -> List[List[Recor
                 query = _SQL[(i + t) % len(_SQL)]
                 duration = 200_000 + rng.randrange(3_000_000)
                 meta = {
-                    "env": "prod",
-                    "version": "2024.11.3",
-                    "component": "psycopg",
-                    "span.kind": "client",
+                    **_client_tags("psycopg"),
                     "db.system": "postgresql",
                     "db.name": "shop",
                     "db.user": "shop_rw",
@@ -277,10 +279,7 @@ def _web(ntraces: int = 1, children: int = 50, seed: int = 7) -> List[List[Recor
                 method, host, path, status = _HTTP[(i + t) % len(_HTTP)]
                 duration = 1_000_000 + rng.randrange(9_000_000)
                 meta = {
-                    "env": "prod",
-                    "version": "2024.11.3",
-                    "component": "requests",
-                    "span.kind": "client",
+                    **_client_tags("requests"),
                     "http.method": method,
                     "http.url": "http://%s%s" % (host, path.replace("{", "").replace("}", "")),
                     "http.status_code": str(status),

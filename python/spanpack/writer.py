@@ -3,43 +3,55 @@
 The application thread encodes each trace into the encoder's own buffer
 (``put``: exact bytes, all-or-nothing) and keeps a reference to the trace; a
 background thread takes the buffer as payloads (``encode``) and owns the
-network: the kept-alive HTTP connection, version negotiation, retries,
-splitting and downgrades.
+network: the kept-alive connection, version negotiation, retries, splitting
+and downgrades.
 
-Every trace passed to ``write()`` ends in exactly one of two counts:
-delivered (``traces_sent``) or dropped (``traces_dropped``, with its reason in
-``dropped_by_reason``).  Traces are settled through ``_settle`` only, under
-the lock, once.
+The ledger.  At every moment ``traces_written == traces_sent +
+traces_dropped + traces_buffered``, and the three are each what they say:
+
+- buffered: ``len(encoder)`` (the C encoder counts a trace inside the same
+  ``put`` call that stores it) plus the unsettled traces of the batch the
+  flush thread holds;
+- dropped at ``write()``: one ``next()`` on the reason's ``itertools.count``,
+  a single C call (read back from its ``repr``);
+- everything else (sent, dropped later, unconfirmed) is counted by the flush
+  thread, under the lock.  Signal handlers run on the main thread only, so
+  nothing can interrupt those multi-step updates half-way, and readers take
+  the lock.
+
+``traces_written`` is the sum, not a counter of its own: a counter would be
+a second step that an exception from a signal handler could separate from
+the first.  A ``write()`` that such an exception interrupts either took the
+trace (buffered) or not (then it raised before the trace reached the
+encoder, and the trace is in no count because it was never taken).
 
 What a buffered trace is kept as: its bytes in the encoder's buffer, and the
-trace object itself until its payload is delivered or dropped.  A 413 split
-and a version downgrade both re-encode from the objects (CPU, on the writer's
-thread, only when they happen).  Keeping per-trace parts (``encode_trace``)
-instead would make a split a join without re-encoding, but each part holds a
-buffer of at least 4 KiB (10x a small trace's bytes), and keeping thousands of
-them alive cost write() 15-30 us a trace in measurements, against ~1 us for
-``put``; parts also cannot be turned into another version, so the traces would
-be kept anyway.  The objects cost memory: the spans of a trace stay alive
-until its payload is settled (one flush interval, plus the send).
+trace object itself until its payload is settled, for re-encoding after a
+413 (split) or a version downgrade.  The objects count against
+``max_buffer_size``: the encoder may hold ``max_buffer_size // 8`` bytes,
+the rest is left for the objects (a trace's objects take 2-7x its encoded
+size in measurements).  Should the list of kept objects and the encoder ever
+disagree (an exception between ``put`` and the append), that batch is still
+sent and counted exactly; only its re-encoding is given up.
 """
 
 from __future__ import annotations
 
 import atexit
-import http.client
+import inspect
+import itertools
 import json
 import logging
 import os
 import random
-import socket
 import threading
 import time
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._spanpack import BufferFull, BufferItemTooLarge
-from .encoder import TraceMsgPackEncoder
-from .transport import agent_connection, agent_url_from_env
+from .encoder import TraceMsgPackEncoder, agent_versions, payload_headers
+from .transport import MAX_REPLY_SIZE, AgentConnection, RequestFailed, agent_url_from_env, parse_agent_url
 
 log = logging.getLogger("spanpack.writer")
 
@@ -47,14 +59,16 @@ log = logging.getLogger("spanpack.writer")
 #: installed encoder both support.
 VERSIONS = ("v1.0", "v0.5", "v0.4")
 
-#: Why a trace was dropped (the keys of ``stats["dropped_by_reason"]``).
+#: Why a trace was dropped (the keys of ``stats["dropped_by_reason"]``, all present).
 DROP_REASONS = (
-    "buffer_full",  # write() found the buffer at max_buffer_size
+    "buffer_full",  # write() found the buffer at its limit
     "trace_too_large",  # larger than max_payload_size, or refused with 413 on its own
     "bad_input",  # the encoder raised for this trace
+    "interrupted",  # a BaseException (KeyboardInterrupt, SystemExit) from span code during write()
     "agent_refused",  # a 4xx other than 404/413/415/408/429, or a downgrade it could not follow
-    "retries_exhausted",  # connection errors, timeouts, 5xx or 429 on every attempt
-    "stopped",  # written after stop(), or still unsent when stop()'s timeout ran out
+    "retries_exhausted",  # connection errors, timeouts before the payload was sent, 5xx or 429 on every attempt
+    "stopped",  # written after stop(), or not yet sent when stop()'s deadline came
+    "writer_error",  # an unexpected error in the writer itself (logged with its traceback)
 )
 
 DEFAULT_FLUSH_INTERVAL = 1.0
@@ -64,10 +78,25 @@ DEFAULT_TIMEOUT = 2.0
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_RETRY_BACKOFF = 0.1
 
+#: The encoder's bytes may take this share of max_buffer_size; the trace
+#: objects kept for re-encoding are given the rest.
+BUFFER_BYTES_SHARE = 8
+
 # Statuses that say "try again later"; 408 is the server giving up on a slow request.
 _RETRY_STATUSES = frozenset((408, 429))
 # Statuses an agent that does not know this version's endpoint answers.
 _DOWNGRADE_STATUSES = frozenset((404, 415))
+
+# v1.0 payload fields the older versions carry as a header instead.
+_HEADER_FIELDS = {
+    "tracer_version": "Datadog-Meta-Tracer-Version",
+    "language_name": "Datadog-Meta-Lang",
+    "language_version": "Datadog-Meta-Lang-Version",
+    "container_id": "Datadog-Container-ID",
+}
+# v1.0 payload fields v0.4/v0.5 have no place for.
+_V10_ONLY_FIELDS = ("runtime_id", "env", "hostname", "app_version", "payload_attributes")
+_WRITER_SIZES = ("max_size", "max_item_size", "max_payload_size")
 
 Trace = Sequence[Any]
 
@@ -87,6 +116,22 @@ def _reset_all_in_child() -> None:
 atexit.register(_stop_all_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_all_in_child)
+
+
+def _encoder_option_names() -> Tuple[str, ...]:
+    names = list(inspect.signature(TraceMsgPackEncoder.__init__).parameters)
+    return tuple(name for name in names if name not in ("self", "version"))
+
+
+_ENCODER_OPTIONS = _encoder_option_names()
+_installed: Optional[List[str]] = None
+
+
+def _installed_versions() -> List[str]:
+    global _installed
+    if _installed is None:
+        _installed = supported_versions()
+    return _installed
 
 
 def supported_versions(**encoder_options: Any) -> List[str]:
@@ -110,38 +155,37 @@ def choose_version(advertised_endpoints: Sequence[str], supported: Sequence[str]
 
     v0.4 when none is listed: every agent accepts it.
     """
-    endpoints = set(advertised_endpoints)
+    listed = agent_versions({"endpoints": list(advertised_endpoints)})
     for version in supported:
-        if "/%s/traces" % version in endpoints:
+        if version in listed:
             return version
     return "v0.4"
-
-
-class _Batch:
-    """The traces the flush thread took in one swap of the buffer."""
-
-    __slots__ = ("unsettled", "abandoned")
-
-    def __init__(self, count: int) -> None:
-        self.unsettled = count
-        self.abandoned = False
 
 
 class _Group:
     """Traces to go as one payload, and that payload once encoded."""
 
-    __slots__ = ("traces", "payload", "encoder")
+    __slots__ = ("traces", "count", "payload", "encoder")
 
-    def __init__(self, traces: List[Trace], payload: Optional[bytes] = None, encoder: Any = None) -> None:
-        self.traces = traces
+    def __init__(self, traces: Optional[List[Trace]], count: int, payload: Optional[bytes] = None, encoder: Any = None):
+        self.traces = traces  # None: not kept (cannot be re-encoded)
+        self.count = count
         self.payload = payload
         self.encoder = encoder  # the encoder that made ``payload``
 
 
-_SPLIT = "split"
-_REENCODE = "reencode"
+class _Batch:
+    """What the flush thread took in one swap of the buffer."""
 
-_WRITER_SIZES = ("max_size", "max_item_size", "max_payload_size")
+    __slots__ = ("unsettled", "sending")
+
+    def __init__(self, count: int) -> None:
+        self.unsettled = count
+        self.sending = 0  # traces of the payload whose request is under way
+
+
+_SENT, _UNCONFIRMED = "sent", "unconfirmed"
+_SPLIT, _REENCODE = "split", "reencode"
 
 
 class AgentWriter:
@@ -154,7 +198,8 @@ class AgentWriter:
         writer.stop()                        # also run at interpreter exit
 
     Traces must not be mutated after ``write()``: a split or a downgrade
-    re-encodes them from the objects.
+    re-encodes them from the objects.  See the README for the bounds and
+    the counting rules.
     """
 
     def __init__(
@@ -171,17 +216,22 @@ class AgentWriter:
         retry_backoff: float = DEFAULT_RETRY_BACKOFF,
         **encoder_options: Any,
     ) -> None:
-        if flush_interval <= 0 or timeout <= 0:
-            raise ValueError("flush_interval and timeout must be positive")
-        if max_payload_size <= 0 or max_buffer_size < max_payload_size:
-            raise ValueError("need 0 < max_payload_size <= max_buffer_size")
-        if max_attempts < 1 or retry_backoff < 0:
-            raise ValueError("need max_attempts >= 1 and retry_backoff >= 0")
-        clash = [name for name in _WRITER_SIZES if name in encoder_options]
+        unknown = [name for name in encoder_options if name not in _ENCODER_OPTIONS]
+        clash = [name for name in unknown if name in _WRITER_SIZES]
         if clash:
             raise TypeError("AgentWriter sets %s itself (use max_buffer_size / max_payload_size)" % ", ".join(clash))
+        if unknown:
+            raise TypeError("AgentWriter() got an unexpected keyword argument %r" % unknown[0])
+        if not (flush_interval > 0 and timeout > 0):
+            raise ValueError("flush_interval and timeout must be positive")
+        if not 0 < max_payload_size <= max_buffer_size:
+            raise ValueError("need 0 < max_payload_size <= max_buffer_size")
+        if max_attempts < 1 or not retry_backoff >= 0:
+            raise ValueError("need max_attempts >= 1 and retry_backoff >= 0")
+        if on_response is not None and not callable(on_response):
+            raise TypeError("on_response must be callable")
         self.url = url or agent_url_from_env()
-        agent_connection(self.url, timeout)  # reject a bad URL here, not on the thread
+        self._address = parse_agent_url(self.url)  # a bad URL fails here, not on the thread
         self.flush_interval = float(flush_interval)
         self.max_buffer_size = int(max_buffer_size)
         self.max_payload_size = int(max_payload_size)
@@ -189,64 +239,98 @@ class AgentWriter:
         self.on_response = on_response
         self.max_attempts = int(max_attempts)
         self.retry_backoff = float(retry_backoff)
-        self._encoder_options = encoder_options
+        self._encoder_options = dict(encoder_options)
+        self._headers = {
+            header: str(encoder_options[field])
+            for field, header in _HEADER_FIELDS.items()
+            if encoder_options.get(field) is not None
+        }
+        for field, header in _HEADER_FIELDS.items():
+            value = self._headers.get(header, "")
+            if "\r" in value or "\n" in value:
+                raise ValueError("%s=%r: a line break cannot go in the %s header" % (field, value, header))
+        self._v10_only = [name for name in _V10_ONLY_FIELDS if encoder_options.get(name) is not None]
 
+        installed = _installed_versions()
         if version == "auto":
-            self._supported = supported_versions(**encoder_options)
-            if not self._supported:  # only bad options make every version fail
-                TraceMsgPackEncoder("v0.4", **encoder_options)
-            self._negotiated = False
+            candidates = list(installed)
         elif version in VERSIONS:
-            TraceMsgPackEncoder(version, **encoder_options)  # raises if not installed
-            self._supported = list(VERSIONS[VERSIONS.index(version) :])
-            self._negotiated = True
+            if version not in installed:
+                raise ValueError("version %r: the installed encoder does not write it" % version)
+            candidates = [v for v in installed if VERSIONS.index(v) >= VERSIONS.index(version)]
         else:
             raise ValueError("version must be 'auto' or one of %s, not %r" % (", ".join(VERSIONS), version))
-        # Optimistic until /info answers: the best version we can write.
-        self._version = self._supported[0]
+        if self._v10_only and "v1.0" not in candidates:
+            raise TypeError(
+                "%s: v1.0 payload fields, which version %r cannot carry" % (", ".join(self._v10_only), version)
+            )
+        for candidate in candidates:  # bad option values fail here, naming the option
+            self._new_encoder(candidate)
+        self._supported = candidates
+        self._negotiated = version != "auto"
+        # None until known: the fixed version, or what /info (or an accepted payload) says.
+        self._known_version: Optional[str] = None if version == "auto" else version
+        # What payloads are encoded in until then: the best we can write.
+        self._version = candidates[0]
+        self._told_fields_left_out = False
         self._stopped = False
         self._log_interval = 60.0
         self._init_runtime_state()
         _live_writers.add(self)
 
+    def _encoder_options_for(self, version: str) -> Dict[str, Any]:
+        if version == "v1.0":
+            return self._encoder_options
+        return {
+            name: value
+            for name, value in self._encoder_options.items()
+            if name not in _HEADER_FIELDS and name not in _V10_ONLY_FIELDS
+        }
+
     def _new_encoder(self, version: str) -> TraceMsgPackEncoder:
         return TraceMsgPackEncoder(
             version,
-            max_size=self.max_buffer_size,
+            max_size=max(self.max_buffer_size // BUFFER_BYTES_SHARE, 1),
             max_item_size=self.max_payload_size,
             max_payload_size=self.max_payload_size,
-            **self._encoder_options,
+            **self._encoder_options_for(version),
         )
 
     def _init_runtime_state(self) -> None:
         """Everything a forked child must not share with its parent."""
-        # Reentrant: span code run by put() may itself write a trace.  The
-        # inner trace is appended to both the encoder and the list first, so
-        # their orders still agree.
+        # Reentrant: span code run by put() may itself write a trace.
         self._lock = threading.RLock()
         self._work_ready = threading.Condition(self._lock)
         self._batch_done = threading.Condition(self._lock)
         self._encoder = self._new_encoder(self._version)
-        self._traces: List[Trace] = []  # in the encoder's buffer, in its order
-        self._wake_at = max(self.max_payload_size // 2, 1)
+        self._kept: List[Trace] = []  # the encoder's traces, in its order
+        # write()'s drops, one C-level increment each (see the module docstring).
+        self._write_drops: Dict[str, "itertools.count[int]"] = {reason: itertools.count() for reason in DROP_REASONS}
+        self._wake_at = self._wake_threshold()
         self._flush_requested = False
         self._thread: Optional[threading.Thread] = None
         self._batch: Optional[_Batch] = None
         self._batches_taken = 0
         self._batches_done = 0
         self._stop_deadline: Optional[float] = None
-        self._connection: Optional[http.client.HTTPConnection] = None
-        self._connection_used = False
-        self._traces_written = 0
-        self._traces_sent = 0
+        self._connection: Optional[AgentConnection] = None
+        self._sent = 0
+        self._unconfirmed = 0
         self._spans_sent = 0
         self._payloads_sent = 0
         self._bytes_sent = 0
         self._retries = 0
+        self._replies_too_large = 0
+        self._errors = 0
+        self._on_response_errors = 0
+        self._thread_starts = 0
         self._dropped: Dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
-        self._unlogged: Dict[str, int] = {}
+        self._logged: Dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
         self._last_error: Dict[str, str] = {}
         self._last_log = float("-inf")
+
+    def _wake_threshold(self) -> int:
+        return max(min(self.max_payload_size, self._encoder.max_size) // 2, 1)
 
     def _reset_after_fork(self) -> None:
         # The parent keeps (and sends) what it buffered; the child starts
@@ -260,52 +344,69 @@ class AgentWriter:
     # -- application side -------------------------------------------------
 
     def write(self, trace: Trace) -> None:
-        """Buffer one trace (a list of spans) for sending; never raises for its content."""
-        error: Optional[BaseException] = None
+        """Buffer one trace (a list of spans) for sending; never raises for its content.
+
+        Only a ``BaseException`` raised by span code (counted
+        ``interrupted``) or by a signal handler gets out of it.
+        """
         with self._lock:
-            self._traces_written += 1
             if self._stopped:
-                reason = "stopped"
+                next(self._write_drops["stopped"])
             else:
                 encoder = self._encoder
                 try:
                     encoder.put(trace)
                 except BufferFull:
-                    reason = "buffer_full"
+                    next(self._write_drops["buffer_full"])
                 except BufferItemTooLarge:
-                    reason = "trace_too_large"
-                except Exception as exc:
-                    reason, error = "bad_input", exc
+                    next(self._write_drops["trace_too_large"])
+                except BaseException as error:
+                    # A signal handler may raise once put() has returned: then
+                    # the encoder holds one trace more than the kept list, and
+                    # the exception is the handler's, not about the trace.
+                    if len(encoder) > len(self._kept):
+                        self._kept.append(trace)
+                        raise
+                    if not isinstance(error, Exception):
+                        next(self._write_drops["interrupted"])
+                        raise
+                    next(self._write_drops["bad_input"])
+                    self._last_error["bad_input"] = "%s: %s" % (type(error).__name__, error)
                 else:
-                    self._traces.append(trace)
+                    self._kept.append(trace)
                     if self._thread is None:
                         self._start_thread()
                     if encoder.size >= self._wake_at:
                         self._wake_at = self.max_buffer_size + 1  # once per batch
                         self._work_ready.notify()
                     return
-            message = self._count_dropped(1, reason, error)
+            message = self._drop_summary(force=False)
         if message:
             log.warning(message)
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Send what is buffered now; True once all of it was delivered or counted dropped."""
+        """Send what is buffered now; True once all of it is settled (sent or dropped)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if threading.current_thread() is self._thread:
                 return False  # called from on_response: it would wait on itself
-            if not self._traces and self._batch is None:
+            if not len(self._encoder) and self._batch is None:
                 return True
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = None
                 self._start_thread()
                 if self._thread is None:
                     return False
             # A swap takes the whole buffer, so the next batch holds everything
             # buffered now; a batch in flight is finished before it.
-            target = self._batches_taken + (1 if self._traces else 0)
+            target = self._batches_taken + (1 if len(self._encoder) else 0)
             self._flush_requested = True
             self._work_ready.notify()
             while self._batches_done < target:
+                if self._thread is None:  # it ended: a new one settles what it left
+                    self._start_thread()
+                    if self._thread is None:
+                        return False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -313,100 +414,125 @@ class AgentWriter:
             return True
 
     def stop(self, timeout: Optional[float] = None) -> bool:
-        """Flush and stop the thread; later writes are dropped as ``stopped``.
+        """Send what is buffered and stop the thread; later writes are dropped as ``stopped``.
 
-        Returns False when ``timeout`` ran out; what was still unsent is then
-        counted as ``stopped``.  Safe to call more than once.
+        Returns within ``timeout`` seconds, or, with ``timeout=None``, within
+        ``max_attempts * timeout`` plus the retry backoffs (the time one
+        payload's attempts may take).  Returns False if the thread had not
+        finished by then; it counts what it had not sent as ``stopped``
+        (or ``traces_sent_unconfirmed`` for a payload sent whole) when it
+        gets to it.  Safe to call more than once.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        bound = self._stop_bound() if timeout is None else max(0.0, float(timeout))
+        deadline = time.monotonic() + bound
         with self._lock:
             if not self._stopped:
                 self._stopped = True
                 self._stop_deadline = deadline
+            else:
+                deadline = min(deadline, self._stop_deadline or deadline)
             thread = self._thread
-            self._work_ready.notify()
+            self._work_ready.notify_all()
         finished = True
-        if thread is None:
+        if thread is None or not thread.is_alive():
             self._send_inline(deadline)
         elif thread is not threading.current_thread():
-            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            thread.join(max(0.0, deadline - time.monotonic()) + 0.05)
             finished = not thread.is_alive()
-        messages = []
         with self._lock:
-            if not finished or thread is None:
-                # Whatever the thread has not settled is given up on now; if
-                # it does deliver later, that is not counted again.
-                if self._batch is not None and not self._batch.abandoned:
-                    self._batch.abandoned = True
-                    messages.append(self._count_dropped(self._batch.unsettled, "stopped", None))
-                if self._traces:
-                    messages.append(self._count_dropped(len(self._traces), "stopped", None))
-                    self._take_buffer()
-                self._batches_done = self._batches_taken
-                self._batch_done.notify_all()
-            messages.append(self._drop_summary(force=True))
-        for message in messages:
-            if message:
-                log.warning(message)
-        if finished and self._connection is not None:
-            self._connection.close()
+            message = self._drop_summary(force=True)
+        if message:
+            log.warning(message)
         return finished
 
-    def _send_inline(self, deadline: Optional[float]) -> None:
-        """stop() without a flush thread: send the buffer on the caller's thread."""
-        while deadline is None or time.monotonic() < deadline:
+    def _stop_bound(self) -> float:
+        backoffs = sum(self.retry_backoff * (2 ** (attempt - 1)) for attempt in range(1, self.max_attempts))
+        return self.max_attempts * self.timeout + backoffs
+
+    def _send_inline(self, deadline: float) -> None:
+        """stop() without a live flush thread: send the buffer on the caller's thread."""
+        for _ in range(1000):  # each round takes the whole buffer; bounded regardless
             with self._lock:
-                if not self._traces or self._thread is not None:
+                if self._thread is not None and self._thread.is_alive():
+                    return
+                self._recover_batch()
+                if not len(self._encoder):
                     return
                 batch, groups = self._take_batch()
-            self._process_batch(batch, groups)
+            try:
+                self._process_batch(batch, groups)
+            except Exception as error:
+                with self._lock:
+                    self._errors += 1
+                    self._recover_batch()
+                log.error("spanpack.AgentWriter: unexpected error while sending", exc_info=error)
+            if time.monotonic() >= deadline:
+                with self._lock:
+                    if len(self._encoder):
+                        batch, groups = self._take_batch()
+                        self._settle_rest(batch, groups, "stopped")
+                return
 
     @property
-    def stats(self) -> Dict[str, Any]:
-        """A snapshot of the counters (a new dict on every read)."""
+    def stats(self) -> Dict[str, Any]:  # a WriterStats (writer.pyi)
+        """A snapshot of the counters (a new dict on every read; see ``WriterStats`` in the stubs)."""
         with self._lock:
+            dropped = self._drop_totals()
+            batch = self._batch
+            buffered = len(self._encoder) + (batch.unsettled if batch is not None else 0)
+            total_dropped = sum(dropped.values())
             return {
-                "traces_written": self._traces_written,
-                "traces_sent": self._traces_sent,
+                "traces_written": self._sent + total_dropped + buffered,
+                "traces_sent": self._sent,
+                "traces_sent_unconfirmed": self._unconfirmed,
+                "traces_dropped": total_dropped,
+                "traces_buffered": buffered,
+                "dropped_by_reason": dropped,
                 "spans_sent": self._spans_sent,
                 "payloads_sent": self._payloads_sent,
                 "bytes_sent": self._bytes_sent,
-                "traces_dropped": sum(self._dropped.values()),
-                "dropped_by_reason": {k: v for k, v in self._dropped.items() if v},
                 "retries": self._retries,
-                "version": self._version,
+                "replies_too_large": self._replies_too_large,
+                "writer_errors": self._errors,
+                "on_response_errors": self._on_response_errors,
+                "thread_starts": self._thread_starts,
+                "version": self._known_version,
             }
 
     @property
-    def version(self) -> str:
-        """The trace API version payloads are encoded in now."""
-        return self._version
+    def version(self) -> Optional[str]:
+        """The trace API version in use: None until known (``version="auto"`` before ``/info`` answers)."""
+        return self._known_version
 
-    # -- accounting (callers hold the lock unless said otherwise) ----------
+    # -- accounting (callers hold the lock) --------------------------------
 
-    def _count_dropped(self, count: int, reason: str, error: Optional[BaseException]) -> Optional[str]:
-        """Count ``count`` traces dropped; return a log line when one is due."""
-        if count <= 0:
-            return None
+    def _drop_totals(self) -> Dict[str, int]:
+        # repr(itertools.count()) is "count(N)": N is the next value, the number of next() calls.
+        return {reason: n + int(repr(self._write_drops[reason])[6:-1]) for reason, n in self._dropped.items()}
+
+    def _count_dropped(self, count: int, reason: str, error: Optional[BaseException]) -> None:
         self._dropped[reason] += count
-        self._unlogged[reason] = self._unlogged.get(reason, 0) + count
         if error is not None:
             self._last_error[reason] = "%s: %s" % (type(error).__name__, error)
-        return self._drop_summary(force=False)
 
     def _drop_summary(self, force: bool) -> Optional[str]:
         # One line per interval at most, however many traces are dropped.
         now = time.monotonic()
-        if not self._unlogged or (not force and now - self._last_log < self._log_interval):
+        if not force and now - self._last_log < self._log_interval:
             return None
-        total = sum(self._unlogged.values())
+        totals = self._drop_totals()
+        unlogged = {reason: totals[reason] - self._logged[reason] for reason in DROP_REASONS}
+        unlogged = {reason: n for reason, n in unlogged.items() if n > 0}
+        if not unlogged:
+            return None
+        self._logged = totals
+        self._last_log = now
+        total = sum(unlogged.values())
         reasons = ", ".join(
             "%d %s%s" % (n, reason, " (%s)" % self._last_error[reason] if reason in self._last_error else "")
-            for reason, n in sorted(self._unlogged.items())
+            for reason, n in sorted(unlogged.items())
         )
-        self._unlogged = {}
         self._last_error = {}
-        self._last_log = now
         return "spanpack.AgentWriter to %s dropped %d trace%s: %s" % (
             self.url,
             total,
@@ -414,128 +540,197 @@ class AgentWriter:
             reasons,
         )
 
-    def _settle(
-        self, batch: _Batch, traces: Sequence[Trace], reason: Optional[str], error: Optional[BaseException] = None
-    ) -> None:
-        """Count ``traces`` delivered (reason None) or dropped; takes the lock."""
-        if not traces:
-            return
+    def _settle(self, batch: _Batch, group: _Group, outcome: str, error: Optional[BaseException] = None) -> None:
+        """Count ``group`` sent, unconfirmed (sent) or dropped for ``outcome``; takes the lock."""
         message = None
         with self._lock:
-            if batch.abandoned:  # stop() counted them already
-                return
-            batch.unsettled -= len(traces)
-            if reason is None:
-                self._traces_sent += len(traces)
-                self._spans_sent += sum(map(len, traces))
+            batch.unsettled -= group.count
+            batch.sending = 0
+            if outcome == _SENT or outcome == _UNCONFIRMED:
+                self._sent += group.count
+                if outcome == _UNCONFIRMED:
+                    self._unconfirmed += group.count
+                if group.traces is not None:
+                    self._spans_sent += sum(map(len, group.traces))
             else:
-                message = self._count_dropped(len(traces), reason, error)
+                self._count_dropped(group.count, outcome, error)
+                message = self._drop_summary(force=False)
         if message:
             log.warning(message)
+
+    def _settle_rest(self, batch: _Batch, groups: Sequence[_Group], reason: str) -> None:
+        for group in groups:
+            self._settle(batch, group, reason)
 
     # -- the flush thread -------------------------------------------------
 
     def _start_thread(self) -> None:
         thread = threading.Thread(target=self._run, name="spanpack.AgentWriter", daemon=True)
+        self._thread = thread
         try:
             thread.start()
-        except RuntimeError:
-            # Interpreter shutdown forbids new threads: the buffer waits for
-            # stop() (run at exit), which then sends it on its own thread.
-            return
-        self._thread = thread
+        except BaseException as error:
+            # Never leave a thread that did not start as "the" thread: the
+            # next write() or flush() tries again.
+            self._thread = None
+            if isinstance(error, RuntimeError):
+                # Interpreter shutdown forbids new threads (or none can be
+                # made now): the buffer waits for the next try, or for stop()
+                # (run at exit), which then sends it on its own thread.
+                return
+            raise
+        self._thread_starts += 1
 
     def _run(self) -> None:
-        next_flush = time.monotonic() + self.flush_interval
-        while True:
-            with self._lock:
-                while True:
-                    if self._stopped and not self._traces:
+        me = threading.current_thread()
+        try:
+            for _ in range(1 << 62):  # each round one batch, or a wait
+                try:
+                    if not self._run_once():
                         return
-                    if self._traces and (
-                        self._stopped
-                        or self._flush_requested
-                        or self._wake_at > self.max_buffer_size  # write() found it half a payload
-                        or time.monotonic() >= next_flush
-                    ):
-                        break
-                    wait = next_flush - time.monotonic()
-                    if wait <= 0:
-                        next_flush = time.monotonic() + self.flush_interval
-                        wait = self.flush_interval
-                    self._work_ready.wait(wait)
-                batch, groups = self._take_batch()
-            next_flush = time.monotonic() + self.flush_interval
-            self._process_batch(batch, groups)
+                except BaseException as error:  # the thread must go on
+                    self._on_thread_error(error)
+        finally:
+            with self._lock:
+                if self._thread is me:
+                    self._thread = None
+                self._batch_done.notify_all()
+            self._close_connection()
 
-    def _take_buffer(self) -> List[_Group]:
-        """Empty the encoder's buffer into payload groups (the lock is held)."""
-        traces, self._traces = self._traces, []
-        encoder = self._encoder
-        groups = []
-        offset = 0
-        for payload, count in encoder.encode():
-            groups.append(_Group(traces[offset : offset + count], payload, encoder))
-            offset += count
-        assert offset == len(traces), "the encoder and the trace list disagree"
-        self._wake_at = max(self.max_payload_size // 2, 1)
-        return groups
+    def _on_thread_error(self, error: BaseException) -> None:
+        try:
+            log.error("spanpack.AgentWriter: unexpected error on the flush thread", exc_info=error)
+        except BaseException:
+            pass
+        with self._lock:
+            self._errors += 1
+            self._recover_batch()
+            if not self._stopped:
+                self._work_ready.wait(min(self.flush_interval, 1.0))  # not a busy loop
+
+    def _recover_batch(self) -> None:
+        """Settle what a failed round left unsettled (the lock is held)."""
+        batch = self._batch
+        if batch is None:
+            return
+        if batch.sending:
+            # Its request was under way: the agent may have it.
+            self._sent += batch.sending
+            self._unconfirmed += batch.sending
+            batch.unsettled -= batch.sending
+            batch.sending = 0
+        if batch.unsettled:
+            self._count_dropped(batch.unsettled, "writer_error", None)
+            batch.unsettled = 0
+        self._finish_batch(batch)
+
+    def _finish_batch(self, batch: _Batch) -> None:
+        if self._batch is batch:
+            self._batch = None
+            self._batches_done += 1
+        self._batch_done.notify_all()
+
+    def _run_once(self) -> bool:
+        """Wait for work and send one batch; False when the thread is done."""
+        with self._lock:
+            self._recover_batch()
+            next_flush = time.monotonic() + self.flush_interval
+            for _ in range(1 << 62):
+                if self._stopped and not len(self._encoder):
+                    return False
+                if len(self._encoder) and (
+                    self._stopped
+                    or self._flush_requested
+                    or self._wake_at > self.max_buffer_size  # write() found it half a payload
+                    or time.monotonic() >= next_flush
+                ):
+                    break
+                wait = next_flush - time.monotonic()
+                if wait <= 0:
+                    next_flush = time.monotonic() + self.flush_interval
+                    wait = self.flush_interval
+                self._work_ready.wait(wait)
+            batch, groups = self._take_batch()
+        self._process_batch(batch, groups)
+        return True
 
     def _take_batch(self) -> Tuple[_Batch, List[_Group]]:
-        """Swap the buffer out (the lock is held)."""
-        batch = self._batch = _Batch(len(self._traces))
-        groups = self._take_buffer()
+        """Swap the buffer out into payload groups (the lock is held)."""
+        encoder = self._encoder
+        encoded = encoder.encode()
+        kept, self._kept = self._kept, []
+        count = sum(n for _, n in encoded)
+        objects: Optional[List[Trace]] = kept if len(kept) == count else None
+        if objects is None:
+            log.warning("spanpack.AgentWriter: %d buffered traces without their objects; they cannot be "
+                        "re-encoded", count)
+        groups = []
+        offset = 0
+        for payload, n in encoded:
+            traces = None if objects is None else objects[offset : offset + n]
+            groups.append(_Group(traces, n, payload, encoder))
+            offset += n
+        self._wake_at = self._wake_threshold()
         self._flush_requested = False
+        batch = self._batch = _Batch(count)
         self._batches_taken += 1
         return batch, groups
+
+    def _take_buffer(self) -> List[_Group]:
+        """Take the buffer and count it settled at once (for the write-cost benchmark only)."""
+        batch, groups = self._take_batch()
+        self._settle_rest(batch, groups, "stopped")
+        self._finish_batch(batch)
+        return groups
 
     def _process_batch(self, batch: _Batch, groups: List[_Group]) -> None:
         try:
             self._send_batch(batch, groups)
-        except Exception as error:  # a bug here must not lose the count
-            log.exception("spanpack.AgentWriter: unexpected error while sending")
-            self._close_connection()
-            message = None
+        finally:
             with self._lock:
-                if not batch.abandoned:
-                    message = self._count_dropped(batch.unsettled, "retries_exhausted", error)
-                    batch.unsettled = 0
-            if message:
-                log.warning(message)
-        with self._lock:
-            if self._batch is batch:
-                self._batch = None
-                self._batches_done += 1
-            self._batch_done.notify_all()
+                if batch.unsettled == 0:
+                    self._finish_batch(batch)
+                # else: a failure; _recover_batch settles it
 
     def _send_batch(self, batch: _Batch, groups: List[_Group]) -> None:
-        if not self._negotiated:
+        if not self._negotiated and not self._past_stop_deadline():
             self._negotiate()
         pending = list(reversed(groups))  # a stack: each entry goes as one payload
-        while pending:
+        for _ in range(1 << 30):  # bounded: every round settles or halves a group
+            if not pending:
+                return
             group = pending.pop()
+            if self._past_stop_deadline():
+                self._settle(batch, group, "stopped")
+                continue
             encoder = self._encoder
             if group.encoder is not encoder:  # not made yet, or in a version refused since
+                if group.traces is None:
+                    self._settle(batch, group, "agent_refused", _Note("the traces' objects were not kept"))
+                    continue
                 try:
                     group.payload, group.encoder = encoder.encode_traces(group.traces), encoder
                 except Exception as error:  # a trace mutated after write()
-                    if len(group.traces) == 1:
-                        self._settle(batch, group.traces, "bad_input", error)
+                    if group.count == 1:
+                        self._settle(batch, group, "bad_input", error)
                     else:
-                        pending.extend(_halves(group.traces))
+                        pending.extend(_halves(group))
                     continue
-            assert group.payload is not None
-            if len(group.payload) > self.max_payload_size:
-                if len(group.traces) == 1:
-                    self._settle(batch, group.traces, "trace_too_large")
+            payload = group.payload
+            if payload is None or len(payload) > self.max_payload_size:
+                if group.count > 1 and group.traces is not None:
+                    pending.extend(_halves(group))
                 else:
-                    pending.extend(_halves(group.traces))
+                    self._settle(batch, group, "trace_too_large")
                 continue
-            outcome = self._deliver(batch, group.traces, group.payload)
+            outcome = self._deliver(batch, group, payload)
             if outcome == _SPLIT:
-                pending.extend(_halves(group.traces))
+                pending.extend(_halves(group))
             elif outcome == _REENCODE:
                 pending.append(group)
+
+    def _past_stop_deadline(self) -> bool:
+        return self._stopped and self._stop_deadline is not None and time.monotonic() >= self._stop_deadline
 
     def _downgrade(self, refused: str) -> bool:
         """Switch below ``refused``; False when there is nothing lower."""
@@ -549,103 +744,130 @@ class AgentWriter:
         return True
 
     def _set_version(self, version: str) -> None:
-        """Encode in ``version`` from now on, what is buffered included."""
-        if version == self._version:
-            return
-        encoder = self._new_encoder(version)
-        messages = []
+        """Encode in ``version`` from now on, what is buffered included (flush thread)."""
         with self._lock:
+            if version != "v1.0" and self._v10_only and not self._told_fields_left_out:
+                self._told_fields_left_out = True
+                log.warning(
+                    "spanpack.AgentWriter: the agent takes %s, which has no place for %s; "
+                    "they are left out of its payloads",
+                    version,
+                    ", ".join(self._v10_only),
+                )
+            if version == self._version:
+                return
+            encoder = self._new_encoder(version)
             # The old version's bytes are of no use now; its traces are re-put
-            # (they were counted as written already).
-            buffered = [trace for group in self._take_buffer() for trace in group.traces]
+            # (they stay counted as buffered throughout: the lock is held).
+            old = self._encoder
+            count = len(old)
+            old.encode()
+            kept, self._kept = self._kept, []
             self._encoder, self._version = encoder, version
-            for trace in buffered:
+            self._wake_at = self._wake_threshold()
+            lost = count if len(kept) != count else 0
+            if lost:
+                self._count_dropped(lost, "agent_refused", _Note("the traces' objects were not kept"))
+                kept = []
+            for trace in kept:
                 try:
                     encoder.put(trace)
                 except BufferFull:
-                    messages.append(self._count_dropped(1, "buffer_full", None))
+                    self._count_dropped(1, "buffer_full", None)
                 except BufferItemTooLarge:
-                    messages.append(self._count_dropped(1, "trace_too_large", None))
+                    self._count_dropped(1, "trace_too_large", None)
                 except Exception as error:
-                    messages.append(self._count_dropped(1, "bad_input", error))
+                    self._count_dropped(1, "bad_input", error)
                 else:
-                    self._traces.append(trace)
-        for message in messages:
-            if message:
-                log.warning(message)
+                    self._kept.append(trace)
 
     def _negotiate(self) -> None:
         """Ask the agent's /info which trace endpoints it has."""
         try:
-            status, body = self._request("GET", "/info", None, {})
-        except (OSError, http.client.HTTPException):
-            return  # no answer: the payload's own failure is handled; ask again next time
-        if status == 200:
-            try:
-                endpoints = json.loads(body).get("endpoints") or []
-            except (ValueError, AttributeError):
-                endpoints = []
-            self._set_version(choose_version(endpoints, self._supported))
-        elif status == 404:  # an agent from before /info
-            self._set_version("v0.4")
+            reply = self._request("GET", "/info", None, {})
+        except RequestFailed:
+            return  # no answer: the payloads go in the current version; ask again next batch
+        if reply.status == 200:
+            listed = _versions_from_info(reply)
+            if listed is None:
+                log.warning("spanpack.AgentWriter: the agent's /info reply is unreadable; sending v0.4")
+                chosen = "v0.4"
+            else:
+                chosen = next((v for v in self._supported if v in listed), "v0.4")
+        elif reply.status == 404:  # an agent from before /info
+            chosen = "v0.4"
         else:
             return
         self._negotiated = True
+        self._set_version(chosen)
+        self._known_version = chosen
 
-    def _deliver(self, batch: _Batch, group: List[Trace], payload: bytes) -> Optional[str]:
-        """Send one payload with retries; settle ``group`` unless it is to be split or re-encoded."""
-        version = self._version
-        headers = self._encoder.headers(len(group))
+    def _payload_headers(self, count: int) -> Dict[str, str]:
+        headers = payload_headers(count)
+        headers.update(self._headers)
         # Without it the agent answers 200 even when it drops the payload for load.
         headers["Datadog-Send-Real-Http-Status"] = "true"
+        return headers
+
+    def _deliver(self, batch: _Batch, group: _Group, payload: bytes) -> Optional[str]:
+        """Send one payload with retries; settle ``group`` unless it is to be split or re-encoded."""
+        version = group.encoder.version
+        headers = self._payload_headers(group.count)
         path = "/%s/traces" % version
         error: Optional[BaseException] = None
         for attempt in range(self.max_attempts):
             if attempt:
                 with self._lock:
                     self._retries += 1
-                if not self._sleep_before_retry(attempt, error):
+                if not self._sleep_before_retry(attempt):
                     self._settle(batch, group, "stopped", error)
                     return None
-            reused = self._connection_used
+            batch.sending = group.count
             try:
-                status, body = self._request("PUT", path, payload, headers)
-            except (OSError, http.client.HTTPException) as exc:
-                error = exc
-                if reused and attempt == 0 and self.max_attempts > 1 and not isinstance(exc, socket.timeout):
-                    # A kept-alive connection the agent closed while idle:
-                    # the next attempt goes out at once on a new one.
-                    error = _StaleConnection(exc)
+                reply = self._request("PUT", path, payload, headers)
+            except RequestFailed as failure:
+                if failure.body_sent:
+                    # The agent may have it: not sent again, not dropped.
+                    self._settle(batch, group, _UNCONFIRMED, failure)
+                    return None
+                batch.sending = 0
+                error = failure
                 continue
+            batch.sending = 0
+            status = reply.status
             if 200 <= status < 300:
                 with self._lock:
                     self._payloads_sent += 1
                     self._bytes_sent += len(payload)
-                self._settle(batch, group, None)
-                self._report(body)
+                    if self._known_version is None and version == self._version:
+                        self._known_version = version
+                self._settle(batch, group, _SENT)
+                self._report(reply)
                 return None
             if status in _DOWNGRADE_STATUSES and version != "v0.4":
                 if self._downgrade(version):
+                    if self._known_version is not None:
+                        self._known_version = self._version
                     return _REENCODE
             if status == 413:
-                if len(group) > 1:
+                if group.count > 1 and group.traces is not None:
                     return _SPLIT
-                self._settle(batch, group, "trace_too_large", _HTTPStatus(status, body))
+                self._settle(batch, group, "trace_too_large", _HTTPStatus(reply))
                 return None
             if status >= 500 or status in _RETRY_STATUSES:
-                error = _HTTPStatus(status, body)
+                error = _HTTPStatus(reply)
                 continue
-            self._settle(batch, group, "agent_refused", _HTTPStatus(status, body))
+            self._settle(batch, group, "agent_refused", _HTTPStatus(reply))
             return None
         self._settle(batch, group, "retries_exhausted", error)
         return None
 
-    def _sleep_before_retry(self, attempt: int, error: Optional[BaseException]) -> bool:
+    def _sleep_before_retry(self, attempt: int) -> bool:
         """Back off (doubling, each wait drawn from its upper half); False if stop()'s deadline comes first."""
-        delay = 0.0 if isinstance(error, _StaleConnection) else self.retry_backoff * (2 ** (attempt - 1))
+        delay = self.retry_backoff * (2 ** (attempt - 1))
         end = time.monotonic() + random.uniform(delay / 2, delay)
         with self._lock:
-            while True:
+            for _ in range(1 << 30):
                 now = time.monotonic()
                 deadline = self._stop_deadline if self._stopped else None
                 if deadline is not None and end >= deadline:
@@ -654,66 +876,70 @@ class AgentWriter:
                     return True
                 # On the condition, so that stop() wakes it to check its deadline.
                 self._work_ready.wait(end - now)
+        return True
 
-    def _request(self, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str]) -> Tuple[int, bytes]:
-        timeout = self.timeout
-        deadline = self._stop_deadline
-        if self._stopped and deadline is not None:
-            timeout = max(0.001, min(timeout, deadline - time.monotonic()))
+    def _request(self, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str]) -> Any:
+        deadline = time.monotonic() + self.timeout
+        if self._stopped and self._stop_deadline is not None:
+            deadline = min(deadline, self._stop_deadline)
         connection = self._connection
         if connection is None:
-            connection = self._connection = agent_connection(self.url, timeout)
-            self._connection_used = False
-        connection.timeout = timeout
-        if connection.sock is not None:
-            connection.sock.settimeout(timeout)
-        try:
-            connection.request(method, path, body, dict(headers))
-            response = connection.getresponse()
-            data = response.read()
-        except BaseException:
-            self._close_connection()
-            raise
-        self._connection_used = True
-        if response.will_close:
-            self._close_connection()
-        return response.status, data
+            connection = self._connection = AgentConnection(self._address)
+        reply = connection.request(method, path, body, headers, deadline)
+        if reply.too_large:
+            with self._lock:
+                self._replies_too_large += 1
+        return reply
 
     def _close_connection(self) -> None:
         connection, self._connection = self._connection, None
-        self._connection_used = False
         if connection is not None:
             connection.close()
 
-    def _report(self, body: bytes) -> None:
-        if self.on_response is None:
+    def _report(self, reply: Any) -> None:
+        if self.on_response is None or reply.too_large:
             return
         try:
-            reply = json.loads(body)
-        except ValueError:
+            answer = json.loads(reply.body)
+        except Exception:  # not JSON, or nested past the recursion limit
             return
-        if isinstance(reply, dict):
-            try:
-                self.on_response(reply)
-            except Exception:
-                log.exception("spanpack.AgentWriter: on_response raised")
+        if not isinstance(answer, dict):
+            return
+        try:
+            self.on_response(answer)
+        except BaseException:  # the thread goes on whatever the callback does
+            with self._lock:
+                self._on_response_errors += 1
+            log.exception("spanpack.AgentWriter: on_response raised")
 
 
+def _versions_from_info(reply: Any) -> Optional[List[str]]:
+    """The versions an /info reply lists; None when it cannot be read."""
+    if reply.too_large or len(reply.body) > MAX_REPLY_SIZE:
+        return None
+    try:
+        info = json.loads(reply.body)
+        if not isinstance(info, dict):
+            return None
+        return agent_versions(info)
+    except Exception:  # bad JSON, too deep, odd shapes
+        return None
 
 
-def _halves(traces: List[Trace]) -> Tuple[_Group, _Group]:
+def _halves(group: _Group) -> Tuple[_Group, _Group]:
     """Two groups, the second half first: they are pushed on a stack."""
+    traces = group.traces or []
     half = len(traces) // 2
-    return _Group(traces[half:]), _Group(traces[:half])
+    return _Group(traces[half:], len(traces) - half), _Group(traces[:half], half)
+
+
+class _Note(Exception):
+    """A reason for the drop log."""
 
 
 class _HTTPStatus(Exception):
     """An agent reply that failed a payload, for the drop log."""
 
-    def __init__(self, status: int, body: bytes) -> None:
-        super().__init__("HTTP %d %s" % (status, body[:200].decode("utf-8", "replace").strip()))
-
-
-class _StaleConnection(Exception):
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__("%s: %s" % (type(cause).__name__, cause))
+    def __init__(self, reply: Any) -> None:
+        body = b"(a reply over 1 MiB)" if reply.too_large else reply.body[:200]
+        super().__init__("HTTP %d %s" % (reply.status, body.decode("utf-8", "replace").strip()))

@@ -11,6 +11,20 @@ trace agent: ``GET /info`` lists the endpoints it was given, and a trace
 ``"reset_after_body"``   read the whole body, then reset without answering
 ``"slow"``               read the body and answer nothing until ``release()``
                          (or 10 s), then close
+``"garbage"``            read the body, answer bytes that are not HTTP, close
+``"truncated"``          read the body, answer half a status line, close
+``"trickle"``            read the body, answer a status line and then one
+                         header byte every 50 ms (at most 10 s), never ending
+``"huge"``               read the body, answer 200 with an endless chunked body
+                         (until the client goes, at most 64 MiB)
+``"deep_json"``          read the body, answer 200 with JSON nested 100,000 deep
+``"ok_then_close"``      answer 200 (keep-alive as far as the client can tell),
+                         then close the connection: an agent's idle timeout
+
+``info_body`` (bytes), when set, is the ``/info`` reply's body instead of the
+endpoints.  A payload counts as accepted when a 2xx answer was begun for it
+(``"huge"``, ``"deep_json"``, ``"ok"``); ``kept`` also has the ones read whole
+and not refused with a status (the agent may have kept those).
 
 Every payload body the server read whole is decoded (v0.4, v0.5, and v1.0
 with tests/v10_decoder.py) into
@@ -82,6 +96,8 @@ class FaultServer:
         self.rule: Optional[Callable[[str, Optional[Payload]], Optional[Action]]] = None
         self.received: List[Payload] = []
         self.accepted: List[Payload] = []
+        self.kept: List[Payload] = []
+        self.info_body: Optional[bytes] = None
         self.requests: List[str] = []  # paths of the trace PUTs whose headers were read
         self.connections = 0
         self.errors: List[str] = []
@@ -90,6 +106,7 @@ class FaultServer:
         self._changed = threading.Condition(self._lock)
         self._release = threading.Event()
         self._listener: Optional[socket.socket] = None
+        self._holder: Optional[socket.socket] = None
         self._accept_thread: Optional[threading.Thread] = None
         self._open: List[socket.socket] = []
         # Connections in the middle of a request (head read, answer not yet sent),
@@ -107,13 +124,15 @@ class FaultServer:
 
     def start(self) -> "FaultServer":
         """Listen (on the same port again after stop())."""
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((HOST, self.port))
+        listener = _port_socket(self.port)
         listener.listen(64)
         listener.settimeout(0.05)  # the accept loop polls its stop flag
         self.port = listener.getsockname()[1]
         self._listener = listener
+        # The port was held since stop(); now the listener has it too.
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
         self._running = True
         self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True)
         self._accept_thread.start()
@@ -132,6 +151,11 @@ class FaultServer:
         if self._accept_thread is not None:
             self._accept_thread.join(IO_TIMEOUT)
         if self._listener is not None:
+            # While stopped the port stays bound, to a socket that does not
+            # listen: connects are refused, and no other socket can take the
+            # port before start() (a restart cannot fail or reach a stranger).
+            if self._holder is None:
+                self._holder = _port_socket(self.port)
             self._listener.close()
             self._listener = None
         self._release.set()
@@ -160,7 +184,14 @@ class FaultServer:
         return self.start()
 
     def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop, and give the port up."""
         self.stop()
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
 
     # -- what arrived --------------------------------------------------------
 
@@ -234,7 +265,8 @@ class FaultServer:
     def _handle(self, conn, reader, method: str, path: str, headers: Dict[str, str]) -> bool:
         length = int(headers.get("content-length", "0"))
         if method == "GET" and path == "/info":
-            _reply(conn, self.info_status, json.dumps({"endpoints": self.endpoints}).encode())
+            body = self.info_body if self.info_body is not None else json.dumps({"endpoints": self.endpoints}).encode()
+            _reply(conn, self.info_status, body)
             return True
         with self._changed:
             self.requests.append(path)
@@ -257,11 +289,52 @@ class FaultServer:
                 action = self.rule(path, payload)
             self._changed.notify_all()
         action = action or "ok"
+        refused = isinstance(action, tuple) and not 200 <= action[1] < 300
+        if payload is not None and not refused:
+            with self._changed:
+                self.kept.append(payload)
+        if action in ("huge", "deep_json") and payload is not None:
+            with self._changed:
+                self.accepted.append(payload)
+                self._changed.notify_all()
         if action == "reset_after_body":
             _reset(conn)
             return False
         if action == "slow":
             self._release.wait(IO_TIMEOUT)
+            return False
+        if action == "garbage":
+            conn.sendall(b"\x00\xff this is no HTTP reply\r\n\r\n")
+            return False
+        if action == "truncated":
+            conn.sendall(b"HTTP/1.1 20")
+            return False
+        if action == "trickle":
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            for _ in range(200):
+                if self._release.wait(0.05):
+                    break
+                conn.sendall(b"X")  # raises once the client has gone
+            return False
+        if action == "huge":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            chunk = b"%x\r\n%s\r\n" % (1 << 16, b"x" * (1 << 16))
+            for _ in range(1024):
+                conn.sendall(chunk)  # raises once the client has gone
+            return False
+        if action == "deep_json":
+            _reply(conn, 200, b"[" * 100_000 + b"]" * 100_000)
+            return True
+        if action == "ok_then_close" and payload is not None:
+            with self._changed:
+                self.accepted.append(payload)
+                self._changed.notify_all()
+            _reply(conn, 200, json.dumps(RATES).encode())
+            return False
+        if action != "ok" and not isinstance(action, tuple):
+            # reset_before_body from a rule comes too late (the body is read): a test bug.
+            with self._changed:
+                self.errors.append("action %r cannot be used here" % (action,))
             return False
         status = 200 if action == "ok" else action[1]
         if payload is None and status == 200:
@@ -274,6 +347,17 @@ class FaultServer:
                 self._changed.notify_all()
         _reply(conn, status, body_out)
         return True
+
+
+def _port_socket(port: int) -> socket.socket:
+    """A TCP socket bound to ``port`` on HOST (0: a free one), shareable with
+    the other sockets of this server (SO_REUSEPORT) and no one else's."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if hasattr(socket, "SO_REUSEPORT"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((HOST, port))
+    return sock
 
 
 def _read_head(reader) -> Optional[Tuple[str, str, Dict[str, str]]]:

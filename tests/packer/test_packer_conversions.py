@@ -17,16 +17,8 @@ import msgpack
 import pytest
 
 import spanpack
-from tests.packer import ext_codes
+from tests.packer import ext_codes, outcome
 from tests.packer.subclasses import IntSub, StrSub, BytesSub, BytearraySub
-
-
-def outcome(fn, *args, **kwargs):
-    """("ok", result) or ("raised", exception type)."""
-    try:
-        return ("ok", fn(*args, **kwargs))
-    except Exception as exc:  # noqa: BLE001 - the type is what gets compared
-        return ("raised", type(exc))
 
 
 # --------------------------------------------------------------------------

@@ -495,7 +495,9 @@ def test_signal_handler_emptying_the_fields_mapping_while_an_entry_is_named(bad_
             except (TypeError, ValueError) as error:
                 assert "fields" in str(error), error
             else:
-                raise AssertionError("fields with a bad entry accepted")
+                # On a loaded machine the timer can fire before the call
+                # starts: the mapping was empty, so accepting it was right.
+                assert not fields, "fields with a bad entry accepted"
         signal.setitimer(signal.ITIMER_REAL, 0)
         print("ok")
         """

@@ -591,7 +591,6 @@ def test_v05_error_is_its_int32_value(error, form):
 @pytest.mark.parametrize(
     "value,form",
     [
-        (None, "00"),
         (-5, "00"),
         (-(2**64) + 1, "00"),
         (0, "00"),

@@ -149,10 +149,25 @@ def test_large_metric_int_is_double():
 
 
 @pytest.mark.parametrize("kind, number", [("server", 2), ("client", 3), ("producer", 4),
-                                          ("consumer", 5), ("internal", 1), ("other", 1)])
+                                          ("consumer", 5), ("internal", 1)])
 def test_span_kind(kind, number):
     """span.kind leaves the attributes for key 16, as its OTel number."""
     assert encode([[good_span(meta={"span.kind": kind})]]) == chunk1(BASIC + "10 %02x" % number, 7)
+
+
+@pytest.mark.parametrize("kind", ["other", "Server", ""])
+def test_span_kind_of_other_text_stays_an_attribute(kind):
+    """Text outside the five kinds has no number that keeps it: it stays a
+    string attribute, and the span has no key 16."""
+    value = fs(kind) if kind else "00"
+    assert encode([[good_span(meta={"span.kind": kind})]]) == chunk1(
+        BASIC + "09 93" + fs("span.kind") + "01" + value, 7)
+
+
+@pytest.mark.parametrize("key", ["env", "version", "component"])
+def test_empty_field_tag_stays_an_attribute(key):
+    """An empty env/version/component would read as none as a field."""
+    assert encode([[good_span(meta={key: ""})]]) == chunk1(BASIC + "09 93" + fs(key) + "01 00", 7)
 
 
 def test_env_version_component_fields():
@@ -292,13 +307,25 @@ def test_size_is_exact():
 
 
 @pytest.mark.parametrize("field, value, error", [
-    ("start_ns", -1, ValueError), ("duration_ns", -5, ValueError), ("span_id", 2**64, ValueError),
-    ("parent_id", -1, ValueError), ("start_ns", 1.5, TypeError),
+    ("start_ns", 1 << 64, ValueError), ("duration_ns", -(1 << 64), ValueError),
+    ("span_id", 2**64, ValueError), ("parent_id", -1, ValueError), ("start_ns", 1.5, TypeError),
+    ("start_ns", None, TypeError),
 ])
 def test_out_of_range_refused(field, value, error):
-    """v1.0 times and ids are uint64: anything else is refused, named."""
+    """v1.0 ids are uint64, times ints within 64 bits: anything else is
+    refused, named."""
     with pytest.raises(error, match="trace 0, span 0, %s" % field):
         spanpack.TraceMsgPackEncoder("v1.0").encode_traces([[good_span(**{field: value})]])
+
+
+@pytest.mark.parametrize("start, duration, written", [
+    (-1, -5, "06 00 07 00"), (2**64 - 1, 2**63, "06 cf 7fffffffffffffff 07 cf 7fffffffffffffff"),
+])
+def test_times_clamped_like_v05(start, duration, written):
+    """A negative time is 0 (the agent reads a negative duration as 0), one
+    beyond int64 is 2**63 - 1: v0.5's rule, so every version takes it."""
+    body = BASIC.replace("06 05 07 07", written)
+    assert encode([[good_span(start_ns=start, duration_ns=duration)]]) == chunk1(body, 6)
 
 
 def test_lenient_drops_bad_tags():

@@ -1,0 +1,433 @@
+"""AgentWriter regressions from issue 19, each against the fault-injecting server.
+
+Each test failed on the writer before the issue was fixed: a signal handler
+between two steps of write(), BaseExceptions from span code and from
+on_response, unbounded and trickled replies, /info of odd shapes, v1.0-only
+options with an older agent, a slow agent, DD_* values.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from spanpack.writer import DROP_REASONS, AgentWriter, supported_versions
+
+from tests.integration.fault_server import FaultServer
+from tests.integration import test_writer
+from tests.integration.test_writer import ROOT, _write_n, drops, ledger_balances, make_trace
+
+writers = test_writer.writers  # the fixture: writers made here are stopped at the end of each test
+
+HAS_V1 = "v1.0" in supported_versions()
+
+
+@pytest.fixture
+def server():
+    with FaultServer() as srv:
+        yield srv
+
+
+class Interrupt(Exception):
+    pass
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+def test_a_signal_handler_raising_inside_write_keeps_the_ledger(server, writers):
+    """An exception from a signal handler, at whatever point of write() the
+    timer fires, leaves every trace in exactly one count and the thread alive."""
+    fired = []
+    armed = [False]  # the handler raises only while armed: never outside the try blocks below
+
+    def on_alarm(signum, frame):
+        fired.append(1)
+        if armed[0]:
+            armed[0] = False
+            raise Interrupt()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    writer = writers(server.url, version="v0.4", flush_interval=0.05, timeout=20.0)
+    big = [
+        {"trace_id": 1, "span_id": i + 1, "name": "n", "service": "s", "start_ns": i, "meta": {"k": "v%d" % i}}
+        for i in range(3000)
+    ]
+    raised = []
+    try:
+        import time
+
+        started = time.perf_counter()
+        for _ in range(3):
+            writer.write(big)
+        per_write = (time.perf_counter() - started) / 3
+        assert writer.flush(timeout=10)
+        for attempt in range(60):  # the timer lands at a different point each time
+            armed[0] = True
+            try:
+                signal.setitimer(signal.ITIMER_REAL, per_write * (0.1 + 0.9 * (attempt % 11) / 11))
+                writer.write(big)
+            except Interrupt:
+                raised.append(attempt)
+            try:
+                for _ in range(5000):  # a late alarm fires here, outside write() (at most 5 s)
+                    if not armed[0]:
+                        break
+                    time.sleep(0.001)
+                armed[0] = False
+            except Interrupt:
+                pass
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        assert fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    ids = _write_n(writer, 20)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["writer_errors"] == 0 and stats["thread_starts"] == 1
+    taken = stats["traces_written"]
+    # Each write() is counted once; only one the handler interrupted before
+    # the trace reached the encoder may be in no count (it raised).
+    assert 3 + 60 + 20 - len(raised) <= taken <= 3 + 60 + 20, stats
+    # Every trace counted sent arrived; the 20 ordinary ones among them.
+    assert stats["traces_sent"] == len(server.accepted_ids()) and stats["traces_sent_unconfirmed"] == 0
+    assert set(ids) <= set(server.accepted_ids())
+
+
+class _Span:
+    def __init__(self, interrupt):
+        self.trace_id, self.span_id, self.name, self.start_ns = 7, 1, "n", 0
+        self.interrupt = interrupt
+
+    @property
+    def service(self):
+        if self.interrupt:
+            raise self.interrupt
+        return "svc"
+
+
+@pytest.mark.parametrize("exception", [KeyboardInterrupt, SystemExit])
+def test_a_base_exception_from_span_code_is_counted_and_propagates(server, writers, exception):
+    writer = writers(server.url, version="v0.4")
+    writer.write([_Span(None)])
+    with pytest.raises(exception):
+        writer.write([_Span(exception)])
+    writer.write([_Span(None)])
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["traces_written"] == 3 and stats["traces_sent"] == 2
+    assert drops(stats) == {"interrupted": 1}
+
+
+@pytest.mark.parametrize("exception", [SystemExit, KeyboardInterrupt, RecursionError])
+def test_on_response_raising_anything_leaves_the_batch_sent(server, writers, exception):
+    def on_response(reply):
+        raise exception()
+
+    writer = writers(server.url, version="v0.4", on_response=on_response, max_payload_size=400)
+    ids = _write_n(writer, 12)  # several payloads in one batch
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 12 and stats["payloads_sent"] > 1
+    assert stats["on_response_errors"] == stats["payloads_sent"]
+    assert sorted(server.accepted_ids()) == ids
+    later = _write_n(writer, 2)
+    assert writer.flush(timeout=10)
+    assert set(later) <= set(server.accepted_ids()) and writer.stats["thread_starts"] == 1
+
+
+def test_deeply_nested_json_in_a_reply_leaves_the_batch_sent(server, writers):
+    replies = []
+    server.rule = lambda path, payload: "deep_json"
+    writer = writers(server.url, version="v0.4", on_response=replies.append, max_payload_size=400)
+    ids = _write_n(writer, 12)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 12 and stats["payloads_sent"] > 1 and replies == []
+    assert sorted(server.accepted_ids()) == ids
+
+
+@pytest.mark.parametrize("where", ["traces", "info"])
+def test_an_endless_reply_is_refused_after_the_cap(server, writers, where):
+    if where == "info":
+        server.info_body = b"[" * (2 << 20)  # over 1 MiB: no information
+        writer = writers(server.url)  # auto: asks /info
+    else:
+        server.rule = lambda path, payload: "huge"
+        writer = writers(server.url, version="v0.4")
+    ids = _write_n(writer, 3)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 3 and stats["replies_too_large"] == 1
+    assert stats["version"] == "v0.4"
+    assert sorted(server.accepted_ids()) == ids
+
+
+def test_a_trickled_reply_ends_at_the_request_deadline(server, writers):
+    server.script.append("trickle")
+    writer = writers(server.url, version="v0.4", timeout=0.5, max_attempts=2)
+    ids = _write_n(writer, 2)
+    # The request ends at its deadline however the bytes come, so flush()
+    # returns; before, each byte renewed the per-read timeout and it hung.
+    assert writer.flush(timeout=20)
+    server.release()
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == stats["traces_sent_unconfirmed"] == 2
+    later = _write_n(writer, 2)
+    assert writer.flush(timeout=10)
+    assert sorted(server.accepted_ids()) == later and sorted(server.received_ids()) == ids + later
+
+
+@pytest.mark.parametrize(
+    "info_body",
+    [b'{"endpoints": 5}', b'{"endpoints": [["/v0.4/traces"]]}', b"[" * 100000 + b"]" * 100000, b"\xff\xfe",
+     b'"just a string"', b'{"endpoints": {"a": []}}'],
+)
+def test_info_of_any_shape_is_at_worst_no_information(server, writers, info_body, caplog):
+    server.info_body = info_body
+    writer = writers(server.url)
+    assert writer.version is None  # not known before /info answers
+    for _ in range(3):
+        writer.write(make_trace())
+        assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 3 and stats["version"] == "v0.4"
+    assert set(server.requests) == {"/v0.4/traces"} and len(server.accepted_ids()) == 3
+
+
+def test_version_is_none_until_known_and_stays_none_against_a_dead_agent(writers):
+    from tests.integration.fault_server import refusing_url
+
+    holder, url = refusing_url()
+    with holder:
+        writer = writers(url, max_attempts=1)
+        assert writer.version is None and writer.stats["version"] is None
+        writer.write(make_trace())
+        assert writer.flush(timeout=10)
+        assert writer.version is None
+    assert writers  # the fixture stops it
+
+
+@pytest.mark.skipif(not HAS_V1, reason="the installed encoder has no v1.0")
+def test_v1_0_fields_with_an_agent_without_v1_0(server, writers, caplog):
+    writer = writers(server.url, hostname="web-1", tracer_version="9.9.9", container_id="c-1")
+    ids = _write_n(writer, 3)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["version"] == "v0.5" and stats["traces_sent"] == 3
+    assert sorted(server.accepted_ids()) == ids
+    headers = server.accepted[0].headers
+    # What v0.5 can carry is carried (as headers); what it cannot is named in the log.
+    assert headers["datadog-meta-tracer-version"] == "9.9.9" and headers["datadog-container-id"] == "c-1"
+    assert any("hostname" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.skipif(not HAS_V1, reason="the installed encoder has no v1.0")
+def test_the_tracer_version_goes_in_the_header_and_the_v1_0_payload(writers):
+    from tests.v10_decoder import decode
+
+    with FaultServer(["/v0.4/traces", "/v1.0/traces"]) as server:
+        bodies = []
+        server.rule = lambda path, payload: bodies.append(path) and None
+        writer = writers(server.url, version="v1.0", tracer_version="1.2.3")
+        writer.write(make_trace())
+        assert writer.flush(timeout=10)
+        assert server.accepted[0].headers["datadog-meta-tracer-version"] == "1.2.3"
+    encoder = writer._new_encoder("v1.0")
+    encoder.put(make_trace())
+    (payload, _), = encoder.encode()
+    assert decode(payload)[5] == "1.2.3"
+
+
+def test_version_only_options_are_refused_when_no_version_can_carry_them():
+    with pytest.raises(TypeError, match="hostname"):
+        AgentWriter("http://127.0.0.1:1", version="v0.5", hostname="web-1")
+
+
+def test_a_misspelt_option_is_a_type_error_from_agent_writer():
+    with pytest.raises(TypeError, match="AgentWriter.*flush_intervall"):
+        AgentWriter("http://127.0.0.1:1", flush_intervall=1.0)
+
+
+def test_a_slow_agent_gets_the_payload_once_and_it_is_not_counted_dropped(server, writers):
+    server.script.append("slow")
+    writer = writers(server.url, version="v0.4", timeout=0.3)
+    ids = _write_n(writer, 1)
+    assert writer.flush(timeout=10)
+    server.release()
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == stats["traces_sent_unconfirmed"] == 1 and stats["traces_dropped"] == 0
+    assert server.received_ids() == ids and stats["retries"] == 0
+
+
+def test_stop_without_timeout_is_bounded_against_a_hung_agent(server, writers):
+    server.rule = lambda path, payload: "slow"
+    writer = writers(server.url, version="v0.4", timeout=0.3, max_attempts=2, retry_backoff=0.01)
+    _write_n(writer, 3)
+    writer.flush(timeout=0)
+    done = threading.Event()
+    result = []
+    stopper = threading.Thread(target=lambda: (result.append(writer.stop()), done.set()))
+    stopper.start()
+    # The README's bound: max_attempts x timeout plus the backoffs (0.6 s and change).
+    assert done.wait(10)
+    server.release()
+    stats = ledger_balances(writer)
+    assert stats["traces_sent_unconfirmed"] == 3
+
+
+def test_the_thread_is_restarted_by_the_next_write(server, writers):
+    writer = writers(server.url, version="v0.4")
+    _write_n(writer, 2)
+    assert writer.flush(timeout=10)
+    thread = writer._thread
+    with writer._lock:  # end it the way a fatal error would: from inside
+        writer._stopped = True
+        writer._work_ready.notify_all()
+    thread.join(10)
+    writer._stopped = False
+    ids = _write_n(writer, 3)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["thread_starts"] == 2 and stats["traces_sent"] == 5
+    assert set(ids) <= set(server.accepted_ids())
+
+
+def test_an_unexpected_error_on_the_thread_is_counted_and_the_thread_goes_on(server, writers, monkeypatch):
+    writer = writers(server.url, version="v0.4")
+    calls = []
+    real = writer._payload_headers
+
+    def failing(count):
+        calls.append(count)
+        if len(calls) == 1:
+            raise MemoryError("simulated")
+        return real(count)
+
+    monkeypatch.setattr(writer, "_payload_headers", failing)
+    _write_n(writer, 2)
+    assert writer.flush(timeout=10)
+    ids = _write_n(writer, 3)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["writer_errors"] == 1 and drops(stats) == {"writer_error": 2}
+    assert stats["thread_starts"] == 1 and sorted(server.accepted_ids()) == ids
+
+
+def test_every_drop_reason_is_always_present(writers):
+    writer = writers("http://127.0.0.1:1", version="v0.4")
+    assert writer.stats["dropped_by_reason"] == dict.fromkeys(DROP_REASONS, 0)
+    assert writer.stats["dropped_by_reason"]["buffer_full"] == 0
+
+
+# -- configuration --------------------------------------------------------------
+
+
+def _writer_from_env(env):
+    code = textwrap.dedent(
+        """
+        import json, spanpack
+        try:
+            writer = spanpack.AgentWriter()
+        except Exception as error:
+            print(json.dumps(["error", type(error).__name__, str(error)]))
+        else:
+            print(json.dumps(["url", writer.url]))
+        """
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DD_")}
+    clean.update(env)
+    clean["PYTHONPATH"] = ROOT + os.pathsep + clean.get("PYTHONPATH", "")
+    result = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"DD_TRACE_AGENT_PORT": "abc"}, "DD_TRACE_AGENT_PORT='abc'"),
+        ({"DD_TRACE_AGENT_PORT": "99999"}, "DD_TRACE_AGENT_PORT='99999'"),
+        ({"DD_AGENT_HOST": "agent:8126"}, "DD_AGENT_HOST='agent:8126'"),
+        ({"DD_AGENT_HOST": "localhost/"}, "DD_AGENT_HOST='localhost/'"),
+        ({"DD_TRACE_AGENT_URL": "ftp://agent"}, "DD_TRACE_AGENT_URL"),
+        ({"DD_TRACE_AGENT_URL": "http://agent:notaport"}, "DD_TRACE_AGENT_URL"),
+    ],
+)
+def test_bad_dd_values_name_the_variable_and_the_value(env, named):
+    kind, *rest = _writer_from_env(env)
+    assert kind == "error" and rest[0] == "ValueError" and named in rest[1], rest
+
+
+def test_a_url_without_a_port_goes_to_8126_and_a_path_is_a_prefix(writers):
+    from spanpack.transport import parse_agent_url
+
+    assert parse_agent_url("http://agent").port == 8126
+    assert parse_agent_url("http://agent/").base_path == ""
+    with FaultServer() as server:
+        # The fault server takes only the paths it knows: a prefix it does not is refused with 404.
+        writer = writers(server.url + "/proxy", version="v0.4", max_attempts=1)
+        writer.write(make_trace())
+        assert writer.flush(timeout=10)
+        assert server.requests == ["/proxy/v0.4/traces"]
+        assert drops(ledger_balances(writer)) == {"agent_refused": 1}
+
+
+# -- spanpack.send(): the same bounds ---------------------------------------------
+
+
+@pytest.mark.parametrize("failure", ["huge", "trickle"])
+def test_send_is_bounded_in_size_and_time(server, failure):
+    import spanpack
+    from spanpack.transport import ReplyTooLarge, RequestFailed
+
+    server.script.append(failure)
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    payload = encoder.encode_traces([make_trace()])
+    expected = ReplyTooLarge if failure == "huge" else RequestFailed
+    with pytest.raises(expected) as raised:
+        spanpack.send(payload, 1, server.url + "/v0.4/traces", timeout=0.5)
+    server.release()
+    assert isinstance(raised.value, OSError)
+    if failure == "trickle":
+        assert raised.value.body_sent  # the payload went out whole: the agent may have it
+    status, body = spanpack.send(payload, 1, server.url + "/v0.4/traces", timeout=5)
+    assert status == 200 and json.loads(body)["rate_by_service"]
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_the_tracer_version_header_is_settable_for_every_version(server, writers, version):
+    writer = writers(server.url, version=version, tracer_version="my-tracer 2.0", language_name="python")
+    writer.write(make_trace())
+    assert writer.flush(timeout=10)
+    headers = server.accepted[0].headers
+    assert headers["datadog-meta-tracer-version"] == "my-tracer 2.0"
+    assert headers["datadog-meta-lang"] == "python"
+
+
+def test_a_header_option_with_a_line_break_is_refused_at_construction():
+    with pytest.raises(ValueError, match="tracer_version"):
+        AgentWriter("http://127.0.0.1:1", version="v0.4", tracer_version="1.0\r\nX-Evil: 1")
+
+
+def test_a_connection_the_agent_closed_while_idle_is_not_used(server, writers):
+    # Nothing may be sent into a connection the agent has closed: the payload
+    # would be lost as "unconfirmed".  The writer sees the close and reconnects.
+    server.script.extend(["ok_then_close", "ok_then_close"])
+    writer = writers(server.url, version="v0.4")
+    ids = []
+    import select
+
+    for round_ in range(3):
+        ids += _write_n(writer, 2)
+        assert writer.flush(timeout=10)
+        if round_ < 2:  # let the close reach the writer's socket before the next payload
+            sock = writer._connection._sock
+            assert sock is not None and select.select([sock], [], [], 10)[0]
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 6 and stats["traces_sent_unconfirmed"] == 0 and stats["retries"] == 0
+    assert sorted(server.accepted_ids()) == ids and server.connections == 3
