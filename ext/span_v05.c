@@ -180,7 +180,7 @@ v05_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
     }
     /* int subclasses too: their value is read as an int's, no method runs. */
     if (SP_UNLIKELY(!PyLong_Check(value)) ||
-        SP_UNLIKELY(pyint_magnitude64(value, &magnitude, &negative) != 0)) {
+        SP_UNLIKELY(pyint_magnitude64(&w->state->fast_paths, value, &magnitude, &negative) != 0)) {
         return v05_time_value_error(w, value, field);
     }
     if (!negative) {
@@ -218,7 +218,7 @@ v05_error_value(SpanWriter *w, PyObject *value, long *out)
         return 0;
     }
     if (SP_LIKELY(PyLong_CheckExact(value)) &&
-        pyint_magnitude64(value, &magnitude, &negative) == 0 && magnitude <= INT32_MAX) {
+        pyint_magnitude64(&w->state->fast_paths, value, &magnitude, &negative) == 0 && magnitude <= INT32_MAX) {
         *out = negative ? -(long)magnitude : (long)magnitude;
         return 0;
     }

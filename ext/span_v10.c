@@ -240,7 +240,7 @@ v10_write_plain(SpanWriter *w, PyObject *obj, const char *field, int depth)
     if (PyLong_CheckExact(obj)) {
         uint64_t magnitude;
         int negative;
-        if (pyint_magnitude64(obj, &magnitude, &negative) != 0 ||
+        if (pyint_magnitude64(&w->state->fast_paths, obj, &magnitude, &negative) != 0 ||
             (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
             return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", obj);
         }
@@ -643,7 +643,7 @@ v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     }
     uint64_t magnitude;
     int negative;
-    if (pyint_magnitude64(value, &magnitude, &negative) != 0 ||
+    if (pyint_magnitude64(&w->state->fast_paths, value, &magnitude, &negative) != 0 ||
         (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
         return raise_metric_out_of_range(w, key, value);
     }

@@ -11,6 +11,7 @@
 #define SPANPACK_SPANFIELDS_H
 
 #include "compat.h"
+#include "layout_probes.h"
 
 /* Every span field, in one table: its enum constant, its protocol name (also
  * the dict key and the name the encoder reads by default), the attribute of
@@ -167,10 +168,11 @@ typedef struct {
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
     int next_layout; /* round-robin replacement */
     int last_layout; /* the layout used last: tried first by the prefetcher */
+    SpFastPaths fast_paths; /* the module's, for the in-place readers */
 } SpanFieldReader;
 
 /* `fields`: None, "ddtrace", or a mapping protocol field -> attribute name. */
-int spanfields_init(SpanFieldReader *reader, PyObject *fields);
+int spanfields_init(SpanFieldReader *reader, PyObject *fields, const SpFastPaths *fast_paths);
 void spanfields_clear(SpanFieldReader *reader);
 int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
 
