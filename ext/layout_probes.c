@@ -16,12 +16,12 @@
  * SP_KNOWN_CPYTHON_LAYOUTS (layout_probes.h) keeps the readers compiled out
  * there.  The probes catch the quieter changes (a field moved, a flag whose
  * meaning shifted, a vendor patch) that would otherwise mean wrong bytes. */
-#include <string.h>
-
 #include "layout_probes.h"
 #include "pydict.h"
 #include "pyinstance.h"
 #include "pyint.h"
+
+#include <string.h>
 
 static const SpFastPaths all_on = {1, 1, 1};
 static const SpFastPaths all_off = {0, 0, 0};
@@ -244,8 +244,8 @@ int_agrees(PyObject *value)
     int fast_negative = 0, api_negative = 0;
     int fast = pyint_magnitude64(&all_on, value, &fast_magnitude, &fast_negative);
     int api = pyint_magnitude64(&all_off, value, &api_magnitude, &api_negative);
-    if (fast != api || (api == 0 && (fast_magnitude != api_magnitude ||
-                                     fast_negative != api_negative))) {
+    if (fast != api ||
+        (api == 0 && (fast_magnitude != api_magnitude || fast_negative != api_negative))) {
         return 0;
     }
     /* 128 bits: the C API's answer is the low 64 bits of value and of
@@ -278,13 +278,13 @@ int_agrees(PyObject *value)
 static const char *const probe_ints[] = {
     "0",
     "1",
-    "1073741823",          /* 2**30 - 1: the last one-digit int */
-    "1073741824",          /* 2**30 */
-    "4294967296",          /* 2**32 */
-    "1152921504606846975", /* 2**60 - 1: the last two-digit int */
-    "1152921504606846976", /* 2**60 */
-    "9223372036854775807", /* 2**63 - 1 */
-    "9223372036854775808", /* 2**63 */
+    "1073741823",                              /* 2**30 - 1: the last one-digit int */
+    "1073741824",                              /* 2**30 */
+    "4294967296",                              /* 2**32 */
+    "1152921504606846975",                     /* 2**60 - 1: the last two-digit int */
+    "1152921504606846976",                     /* 2**60 */
+    "9223372036854775807",                     /* 2**63 - 1 */
+    "9223372036854775808",                     /* 2**63 */
     "18446744073709551615",                    /* 2**64 - 1 */
     "18446744073709551616",                    /* 2**64 */
     "170141183460469231731687303715884105733", /* 2**127 + 5 */
@@ -398,8 +398,7 @@ layout_probes_run(SpFastPaths *fast_paths, const char *disabled)
     fast_paths->dict_entries = (unsigned char)(dicts_ok && !off.dict_entries);
     /* Reading an instance's values array also reads its class's shared keys
      * the way pydict.h reads a dict's. */
-    fast_paths->instance_values =
-        (unsigned char)(instances_ok && dicts_ok && !off.instance_values);
+    fast_paths->instance_values = (unsigned char)(instances_ok && dicts_ok && !off.instance_values);
     fast_paths->int_digits = (unsigned char)(ints_ok && !off.int_digits);
     status = 0;
 done:

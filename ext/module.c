@@ -1,12 +1,12 @@
 /* The spanpack._spanpack module: per-interpreter state, multi-phase
  * initialisation (PEP 489) and the module-level functions. */
-#include <stdlib.h>
-
 #include "layout_probes.h"
 #include "mpwrite.h"
 #include "packer.h"
 #include "spanfields.h"
 #include "state.h"
+
+#include <stdlib.h>
 
 SpanpackState *
 spanpack_state_from_type(PyTypeObject *type)

@@ -7,9 +7,9 @@
 #ifndef SPANPACK_PYINT_H
 #define SPANPACK_PYINT_H
 
-#include <stdint.h>
-
 #include "layout_probes.h"
+
+#include <stdint.h>
 
 /* Where the digit layout is known (3.9 through 3.15, lv_tag from 3.12), the
  * digits of an exact int are read directly once module exec has proven it

@@ -1,5 +1,7 @@
 /* /v1.0/traces: one trace as a chunk map, its spans as integer-keyed maps and
  * every string streamed (see v10.h and docs/wire-format-v1.md). */
+#include "compat.h" /* Python.h before any system header */
+
 #include <float.h>
 
 #include "spanwrite.h"

@@ -168,7 +168,8 @@ typedef struct {
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
     int next_layout; /* round-robin replacement */
     int last_layout; /* the layout used last: tried first by the prefetcher */
-    SpFastPaths fast_paths; /* the module's, for the in-place readers */
+    /* The module's proven fast paths, for the in-place readers. */
+    SpFastPaths fast_paths;
 } SpanFieldReader;
 
 /* `fields`: None, "ddtrace", or a mapping protocol field -> attribute name. */

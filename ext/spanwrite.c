@@ -399,7 +399,8 @@ read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
         return 0;
     }
     /* Beyond 64 bits (or negative): split a 128-bit id into its halves. */
-    int wide = pyint_as_u128(&w->state->fast_paths, value, &info->trace_id_high, &info->trace_id_low);
+    int wide =
+        pyint_as_u128(&w->state->fast_paths, value, &info->trace_id_high, &info->trace_id_low);
     if (wide == 0) {
         return 0;
     }

@@ -174,13 +174,21 @@ def corpus():
     return cases
 
 
+def serialised(result):
+    """encode_traces' bytes, or encode()'s payloads (with their trace counts), as bytes."""
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return bytes(result)
+    if isinstance(result, int):
+        return b"%d;" % result
+    return b"[" + b",".join(serialised(item) for item in result) + b"]"
+
+
 def outcome(call):
     try:
         result = call()
     except (TypeError, ValueError, OverflowError) as error:
         return "%s: %s" % (type(error).__name__, error)
-    payloads = result if isinstance(result, list) else [result]
-    return hashlib.sha256(b"".join(bytes(p) for p in payloads)).hexdigest()
+    return hashlib.sha256(serialised(result)).hexdigest()
 
 
 def encode_corpus():
