@@ -109,6 +109,7 @@ static const char probe_source[] =
 
 /* The dict readers. */
 
+#ifdef SP_DICT_ENTRIES_IN_PLACE
 /* 1 when `entries` of `dict` hold exactly what PyDict_Next gives, in its
  * order (a NULL value is a deleted entry). */
 static int
@@ -133,6 +134,8 @@ entries_agree(PyObject *dict, const DictEntries *entries)
     }
     return seen == PyDict_GET_SIZE(dict) && !PyDict_Next(dict, &pos, &key, &value);
 }
+
+#endif
 
 /* 1 when reading the entries of every dict in `dicts` in place agrees with
  * PyDict_Next, and plain dicts are read so. */
