@@ -30,6 +30,7 @@ import dataclasses
 import glob
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -85,8 +86,12 @@ def workloads(spec):
     from spanpack import samples, user_spans
 
     out = []
+    built = {}
+    if spec.get("records"):
+        with open(spec["records"], "rb") as f:
+            built = pickle.load(f)
     for shape in spec["shapes"]:
-        records = trim(samples.build(shape, quick=True), spec["max_spans"])
+        records = built.get(shape) or trim(samples.build(shape, quick=True), spec["max_spans"])
         for form in SAMPLE_FORMS:
             if form == "slotted":
                 traces = samples.as_slotted(records)
@@ -157,6 +162,7 @@ def valgrind_run(args, python, disable, run, workdir, progress):
     for old in glob.glob(os.path.join(rundir, "callgrind.out*")):
         os.unlink(old)
     spec = {"shapes": args.shapes, "versions": args.versions, "max_spans": args.max_spans,
+            "records": args.records,
             "user_spans": not args.no_user_spans, "run": name,
             "plan": os.path.join(rundir, "plan.json")}
     spec_path = os.path.join(rundir, "spec.json")
@@ -229,10 +235,23 @@ def main(argv=None):
                         help="use the extensions already built in the tree (e.g. while another "
                         "run uses them: rebuilding rewrites a loaded file)")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="measure nothing: print the table of earlier --json files (their "
+                        "columns in this order), e.g. one run per interpreter made in parallel")
     parser.add_argument("--valgrind", default="valgrind")
     args = parser.parse_args(argv)
     if args.driver:
         driver(args.driver)
+        return 0
+    if args.merge:
+        columns, table = [], {}
+        for path in args.merge:
+            with open(path) as f:
+                for label, results in json.load(f).items():
+                    columns.append(label)
+                    table[label] = {tuple(k.split("/")): v for k, v in results.items()}
+        args.shapes = args.shapes or sorted({k[0] for r in table.values() for k in r})
+        print_table(columns, table, args.shapes, [])
         return 0
     if not args.python:
         parser.error("give at least one --python LABEL=PATH")
@@ -240,6 +259,13 @@ def main(argv=None):
     from spanpack import samples
 
     args.shapes = args.shapes or samples.shape_names()
+    # The records are built once, here: under valgrind, building the shapes
+    # (random text for every tag) would take most of each run.
+    records_file = tempfile.NamedTemporaryFile(prefix="spanpack-records-", suffix=".pickle")
+    pickle.dump({shape: trim(samples.build(shape, quick=True), args.max_spans) for shape in args.shapes},
+                records_file, protocol=4)
+    records_file.flush()
+    args.records = records_file.name
 
     def progress(message):
         print(message, file=sys.stderr, flush=True)
@@ -264,9 +290,15 @@ def main(argv=None):
             json.dump({label: {"/".join(k): v for k, v in results.items()}
                        for label, results in table.items()}, f, indent=1)
 
+    print_table(columns, table, args.shapes, notes)
+    return 0
+
+
+def print_table(columns, table, shapes, notes):
+    """The markdown table: Ir/span per column, then each column over the first."""
     reference = columns[0]
     keys = sorted({k for results in table.values() for k in results},
-                  key=lambda k: (k[0] == "user_spans", args.shapes.index(k[0]) if k[0] in args.shapes
+                  key=lambda k: (k[0] == "user_spans", shapes.index(k[0]) if k[0] in shapes
                                  else 0, k[1], k[3], k[2]))
     header = ["shape", "form", "entry", "ver"] + ["%s Ir/span" % c for c in columns] + \
         ["%s / %s" % (c, reference) for c in columns[1:]]
@@ -294,7 +326,6 @@ def main(argv=None):
             print("- %s: highest ratio to %s %.3f (%s)" % (c, reference, ratio, " ".join(key)))
     for note in notes:
         print("- " + note)
-    return 0
 
 
 if __name__ == "__main__":
