@@ -1,4 +1,5 @@
-/* Small shims so one source builds on CPython 3.9 through 3.14. */
+/* Small shims so one source builds on CPython 3.9 through 3.15.  Every file
+ * includes this (Python.h) before any system header. */
 #ifndef SPANPACK_COMPAT_H
 #define SPANPACK_COMPAT_H
 

@@ -21,6 +21,8 @@
 #ifndef SPANPACK_INTERN_H
 #define SPANPACK_INTERN_H
 
+#include "compat.h" /* Python.h before any system header */
+
 #include <stdint.h>
 #include <string.h>
 

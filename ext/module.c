@@ -1,9 +1,12 @@
 /* The spanpack._spanpack module: per-interpreter state, multi-phase
  * initialisation (PEP 489) and the module-level functions. */
+#include "layout_probes.h"
 #include "mpwrite.h"
 #include "packer.h"
 #include "spanfields.h"
 #include "state.h"
+
+#include <stdlib.h>
 
 SpanpackState *
 spanpack_state_from_type(PyTypeObject *type)
@@ -115,12 +118,30 @@ init_epoch(SpanpackState *state)
     return state->epoch == NULL ? -1 : 0;
 }
 
+/* state->fast_paths, proven on this interpreter (layout_probes.c), and
+ * their names as the private `_fast_paths`.  SPANPACK_DISABLE_FAST_PATHS
+ * (tests, benchmarks) switches readers off by name. */
+static int
+init_fast_paths(PyObject *module, SpanpackState *state)
+{
+    if (layout_probes_run(&state->fast_paths, getenv("SPANPACK_DISABLE_FAST_PATHS")) < 0) {
+        return -1;
+    }
+    PyObject *names = layout_probes_names(&state->fast_paths);
+    if (names == NULL) {
+        return -1;
+    }
+    int result = PyModule_AddObjectRef(module, "_fast_paths", names);
+    Py_DECREF(names);
+    return result;
+}
+
 static int
 spanpack_exec(PyObject *module)
 {
     SpanpackState *state = spanpack_state_from_module(module);
     if (intern_names(state) < 0 || add_constants(module) < 0 || import_attributes(state) < 0 ||
-        init_epoch(state) < 0) {
+        init_epoch(state) < 0 || init_fast_paths(module, state) < 0) {
         return -1;
     }
     if (!PyType_Check(state->ext_type) || !PyType_Check(state->timestamp_type)) {

@@ -8,6 +8,8 @@
 #ifndef SPANPACK_MPWRITE_H
 #define SPANPACK_MPWRITE_H
 
+#include "compat.h" /* Python.h before any system header */
+
 #include <stdint.h>
 #include <string.h>
 

@@ -17,6 +17,8 @@
 #ifndef SPANPACK_OUTBUF_H
 #define SPANPACK_OUTBUF_H
 
+#include "compat.h" /* Python.h before any system header */
+
 #include <stdint.h>
 #include <string.h>
 

@@ -4,14 +4,15 @@
  * combined tables (every dict but an instance __dict__ sharing its class's
  * keys) the entries are a plain array of (hash, key, value) or, when all keys
  * are str, (key, value) records.  Its layout is the same from 3.11 through
- * 3.13 (Include/internal/pycore_dict.h), so it is read directly there; other
- * versions, split tables and free-threaded builds use PyDict_Next. */
+ * 3.15 (Include/internal/pycore_dict.h), so it is read directly there once
+ * module exec has proven it (layout_probes.c); other versions, split tables
+ * and free-threaded builds use PyDict_Next. */
 #ifndef SPANPACK_PYDICT_H
 #define SPANPACK_PYDICT_H
 
-#include "compat.h"
+#include "layout_probes.h"
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#ifdef SP_KNOWN_CPYTHON_LAYOUTS
 #define SP_DICT_ENTRIES_IN_PLACE 1
 
 /* struct _dictkeysobject, up to the start of its index table. */
@@ -36,15 +37,15 @@ typedef struct {
 } DictEntries;
 
 /* 1 and `entries` set when the entries of `dict` (an exact or sub- dict) can be
- * read in place, else 0 (then use PyDict_Next).  Valid until the dict
- * changes: no Python code may run while they are used. */
+ * read in place (`fast` proven), else 0 (then use PyDict_Next).  Valid until
+ * the dict changes: no Python code may run while they are used. */
 static inline int
-pydict_entries(PyObject *dict, DictEntries *entries)
+pydict_entries(const SpFastPaths *fast, PyObject *dict, DictEntries *entries)
 {
 #ifdef SP_DICT_ENTRIES_IN_PLACE
     const PyDictObject *object = (const PyDictObject *)dict;
     const SpDictKeys *keys = (const SpDictKeys *)object->ma_keys;
-    if (object->ma_values != NULL || keys->dk_kind > 1) {
+    if (!fast->dict_entries || object->ma_values != NULL || keys->dk_kind > 1) {
         return 0;
     }
     const char *first_entry = keys->dk_indices + ((size_t)1 << keys->dk_log2_index_bytes);
@@ -61,6 +62,7 @@ pydict_entries(PyObject *dict, DictEntries *entries)
     entries->count = keys->dk_nentries;
     return 1;
 #else
+    (void)fast;
     (void)dict;
     (void)entries;
     return 0;

@@ -6,9 +6,11 @@
  * move), until something asks for the instance's __dict__.  Reading
  * values[position] is what CPython's own specialised attribute loads do.
  * Where the array lives differs per version (Include/internal/pycore_object.h
- * and pycore_dict.h of 3.11, 3.12 and 3.13), so it is read directly only
- * there; elsewhere, and for instances whose array is gone, callers use the
- * generic lookup. */
+ * and pycore_dict.h of 3.11 to 3.15: from 3.13 it is inline, at
+ * obj + tp_basicsize, which from 3.14 is also past a class's slots), so it is
+ * read directly only there, once module exec has proven it on every class
+ * form (layout_probes.c); elsewhere, and for instances whose array is gone,
+ * callers use the generic lookup. */
 #ifndef SPANPACK_PYINSTANCE_H
 #define SPANPACK_PYINSTANCE_H
 
@@ -28,11 +30,13 @@ typedef struct {
     PyObject *values[1];
 } SpDictValues;
 
-/* The shared keys of `type`'s instances, or NULL. */
+/* The shared keys of `type`'s instances, or NULL (also when the values
+ * array is not proven on this interpreter: then nothing is read in place). */
 static inline const SpDictKeys *
-pyinstance_shared_keys(PyTypeObject *type)
+pyinstance_shared_keys(const SpFastPaths *fast, PyTypeObject *type)
 {
-    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || !(type->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
+    if (!fast->instance_values || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
+        !(type->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
         return NULL;
     }
     const SpDictKeys *keys = (const SpDictKeys *)((PyHeapTypeObject *)type)->ht_cached_keys;
@@ -67,7 +71,7 @@ pyinstance_values(PyObject *obj, const SpDictKeys *keys, Py_ssize_t *capacity)
     PyObject *dict;
 #if PY_VERSION_HEX >= 0x030D0000
     if (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_INLINE_VALUES) {
-        values = (const SpDictValues *)((char *)obj + sizeof(PyObject));
+        values = (const SpDictValues *)((char *)obj + Py_TYPE(obj)->tp_basicsize);
         if (values->valid) {
             *capacity = values->capacity;
             return values->values;

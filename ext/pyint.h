@@ -7,24 +7,26 @@
 #ifndef SPANPACK_PYINT_H
 #define SPANPACK_PYINT_H
 
+#include "layout_probes.h"
+
 #include <stdint.h>
 
-#include "compat.h"
-
-/* Where the digit layout is known (through 3.13), the digits of an exact int
- * are read directly; later versions, like int subclasses, go through the C
+/* Where the digit layout is known (3.9 through 3.15, lv_tag from 3.12), the
+ * digits of an exact int are read directly once module exec has proven it
+ * (layout_probes.c); other versions, like int subclasses, go through the C
  * API. */
-#if PY_VERSION_HEX < 0x030E0000
+#if PY_VERSION_HEX < 0x030B0000 || defined(SP_KNOWN_CPYTHON_LAYOUTS)
 #define SP_INT_DIGITS_IN_PLACE 1
 #endif
 
 /* 1 and the little-endian digits, their count and the sign of `value` when
- * they can be read in place, else 0. */
+ * they can be read in place (`fast` proven), else 0. */
 static inline int
-pyint_digits(PyObject *value, const digit **digits, Py_ssize_t *count, int *negative)
+pyint_digits(const SpFastPaths *fast, PyObject *value, const digit **digits, Py_ssize_t *count,
+             int *negative)
 {
 #ifdef SP_INT_DIGITS_IN_PLACE
-    if (!PyLong_CheckExact(value)) {
+    if (!fast->int_digits || !PyLong_CheckExact(value)) {
         return 0;
     }
     const PyLongObject *number = (const PyLongObject *)value;
@@ -41,6 +43,7 @@ pyint_digits(PyObject *value, const digit **digits, Py_ssize_t *count, int *nega
 #endif
     return 1;
 #else
+    (void)fast;
     (void)value;
     (void)digits;
     (void)count;
@@ -49,14 +52,27 @@ pyint_digits(PyObject *value, const digit **digits, Py_ssize_t *count, int *nega
 #endif
 }
 
+/* -1, 0 or 1 as `value` (an int) is negative, zero or positive. */
+static inline int
+pyint_sign(PyObject *value)
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    int sign = 0;
+    (void)PyLong_GetSign(value, &sign); /* fails only for a non-int */
+    return sign;
+#else
+    return _PyLong_Sign(value);
+#endif
+}
+
 /* The sign and magnitude of `value` (an int).  Returns 0, or 1 when the
  * magnitude needs more than 64 bits.  Never sets an exception. */
 static inline int
-pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
+pyint_magnitude64(const SpFastPaths *fast, PyObject *value, uint64_t *magnitude, int *negative)
 {
     const digit *digits;
     Py_ssize_t digit_count;
-    if (!pyint_digits(value, &digits, &digit_count, negative)) {
+    if (!pyint_digits(fast, value, &digits, &digit_count, negative)) {
         /* Sized first, so that no conversion can fail: an exception object
          * is Python code's chance to run (a collection's finalizers), which
          * callers holding borrowed values must not give it. */
@@ -68,7 +84,7 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
         /* The low 64 bits of the two's complement, as an int's (a subclass's
          * methods are not called). */
         uint64_t low = (uint64_t)PyLong_AsUnsignedLongLongMask(value);
-        *negative = _PyLong_Sign(value) < 0;
+        *negative = pyint_sign(value) < 0;
         *magnitude = *negative ? (uint64_t)0 - low : low;
         return 0;
     }
@@ -112,12 +128,12 @@ pyint_magnitude64(PyObject *value, uint64_t *magnitude, int *negative)
  * when negative or beyond 128 bits; -1 when its digits cannot be read in
  * place (use the C API).  Never sets an exception. */
 static inline int
-pyint_as_u128(PyObject *value, uint64_t *high, uint64_t *low)
+pyint_as_u128(const SpFastPaths *fast, PyObject *value, uint64_t *high, uint64_t *low)
 {
     const digit *digits;
     Py_ssize_t digit_count;
     int negative;
-    if (!pyint_digits(value, &digits, &digit_count, &negative)) {
+    if (!pyint_digits(fast, value, &digits, &digit_count, &negative)) {
         return -1;
     }
     if (negative) {
@@ -138,19 +154,19 @@ pyint_as_u128(PyObject *value, uint64_t *high, uint64_t *low)
 
 /* `value` as an unsigned 64-bit int: 0, or 1 when negative or too large. */
 static inline int
-pyint_as_u64(PyObject *value, uint64_t *out)
+pyint_as_u64(const SpFastPaths *fast, PyObject *value, uint64_t *out)
 {
     int negative;
-    return pyint_magnitude64(value, out, &negative) != 0 || (negative && *out != 0);
+    return pyint_magnitude64(fast, value, out, &negative) != 0 || (negative && *out != 0);
 }
 
 /* `value` as a signed 64-bit int: 0, or 1 when out of range. */
 static inline int
-pyint_as_i64(PyObject *value, int64_t *out)
+pyint_as_i64(const SpFastPaths *fast, PyObject *value, int64_t *out)
 {
     uint64_t magnitude;
     int negative;
-    if (pyint_magnitude64(value, &magnitude, &negative) != 0) {
+    if (pyint_magnitude64(fast, value, &magnitude, &negative) != 0) {
         return 1;
     }
     if (negative) {

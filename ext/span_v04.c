@@ -279,7 +279,7 @@ v04_write_converted(SpanWriter *w, const char *key, Py_ssize_t key_size,
 static inline int
 v04_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
 {
-    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_i64(value, out) == 0) {
+    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_i64(&w->state->fast_paths, value, out) == 0) {
         return 0;
     }
     if (value == Py_None) {

@@ -1,5 +1,7 @@
 /* /v1.0/traces: one trace as a chunk map, its spans as integer-keyed maps and
  * every string streamed (see v10.h and docs/wire-format-v1.md). */
+#include "compat.h" /* Python.h before any system header */
+
 #include <float.h>
 
 #include "spanwrite.h"
@@ -249,7 +251,7 @@ v10_write_plain_int(SpanWriter *w, PyObject *obj, const char *field)
 {
     uint64_t magnitude;
     int negative;
-    if (pyint_magnitude64(obj, &magnitude, &negative) != 0 ||
+    if (pyint_magnitude64(&w->state->fast_paths, obj, &magnitude, &negative) != 0 ||
         (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
         return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", obj);
     }
@@ -760,7 +762,7 @@ v10_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     }
     uint64_t magnitude;
     int negative;
-    if (pyint_magnitude64(value, &magnitude, &negative) != 0 ||
+    if (pyint_magnitude64(&w->state->fast_paths, value, &magnitude, &negative) != 0 ||
         (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
         return raise_metric_out_of_range(w, key, value);
     }
@@ -940,7 +942,7 @@ static inline int
 v10_time_value(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
 {
     int64_t clamped;
-    if (SP_LIKELY(PyLong_CheckExact(value)) && pyint_as_u64(value, out) == 0 &&
+    if (SP_LIKELY(PyLong_CheckExact(value)) && pyint_as_u64(&w->state->fast_paths, value, out) == 0 &&
         SP_LIKELY(*out <= (uint64_t)INT64_MAX)) {
         return 0;
     }

@@ -152,9 +152,11 @@ ddtrace_context_names(SpanFieldReader *reader)
 }
 
 int
-spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warning)
+spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warning,
+                const SpFastPaths *fast_paths)
 {
     memset(reader, 0, sizeof *reader);
+    reader->fast_paths = *fast_paths;
     reader->field_warning = Py_NewRef(field_warning);
     for (int i = 0; i < SF_COUNT; i++) {
         reader->dict_key[i] = PyUnicode_InternFromString(span_field_names[i]);
@@ -454,13 +456,14 @@ get_attribute_path(PyObject *obj, PyObject *path, PyObject **value)
 /* The derived parts of a layout: which fields need calls, the packed slot
  * list, and what to prefetch. */
 static void
-layout_index(SpanTypeLayout *layout, PyTypeObject *type, PyObject *const *attributes)
+layout_index(const SpFastPaths *fast_paths, SpanTypeLayout *layout, PyTypeObject *type,
+             PyObject *const *attributes)
 {
     layout->instance_fields = 0;
     layout->shared_keys = NULL;
     layout->shared_key_count = 0;
 #ifdef SP_INSTANCE_VALUES_IN_PLACE
-    const SpDictKeys *keys = pyinstance_shared_keys(type);
+    const SpDictKeys *keys = pyinstance_shared_keys(fast_paths, type);
     if (keys != NULL) {
         layout->shared_keys = keys;
         layout->shared_key_count = keys->dk_nentries;
@@ -472,6 +475,7 @@ layout_index(SpanTypeLayout *layout, PyTypeObject *type, PyObject *const *attrib
         }
     }
 #else
+    (void)fast_paths;
     (void)type;
     (void)attributes;
 #endif
@@ -938,7 +942,7 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     memcpy(layout->access, access, sizeof access);
     memcpy(layout->offset, offsets, sizeof offsets);
     layout->attributes = attributes;
-    layout_index(layout, type, attributes);
+    layout_index(&reader->fast_paths, layout, type, attributes);
     layout->type = type; /* takes the reference held above */
     int watchable = watch_object_types(layout);
     layout->version_tag = watchable && version_tag == type->tp_version_tag ? version_tag : 0;
@@ -1218,7 +1222,7 @@ static int
 read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValues *values)
 {
     DictEntries entries;
-    if (!pydict_entries(span, &entries) || entries.stride != 2) {
+    if (!pydict_entries(&reader->fast_paths, span, &entries) || entries.stride != 2) {
         return 0; /* only dicts whose keys are all str */
     }
     for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {

@@ -11,6 +11,7 @@
 #define SPANPACK_SPANFIELDS_H
 
 #include "compat.h"
+#include "layout_probes.h"
 
 /* Every span field, in one table: its enum constant, its protocol name (also
  * the dict key and the name the encoder reads by default), the attribute of
@@ -192,11 +193,15 @@ typedef struct {
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
     int next_layout; /* round-robin replacement */
     int last_layout; /* the layout used last: tried first by the prefetcher */
+    /* The module's proven fast paths, for the in-place readers. */
+    SpFastPaths fast_paths;
 } SpanFieldReader;
 
 /* `fields`: None, "ddtrace", or a mapping protocol field -> attribute name;
- * `field_warning`: the warning category for fields kept under other names. */
-int spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warning);
+ * `field_warning`: the warning category for fields kept under other names;
+ * `fast_paths`: the module's proven in-place readers. */
+int spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warning,
+                    const SpFastPaths *fast_paths);
 void spanfields_clear(SpanFieldReader *reader);
 int spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg);
 

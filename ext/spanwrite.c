@@ -484,7 +484,7 @@ write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
     }
     uint64_t magnitude;
     int negative;
-    if (pyint_magnitude64(value, &magnitude, &negative) != 0 ||
+    if (pyint_magnitude64(&w->state->fast_paths, value, &magnitude, &negative) != 0 ||
         (negative && magnitude > (uint64_t)INT64_MAX + 1)) {
         return raise_metric_out_of_range(w, key, value);
     }
@@ -507,13 +507,14 @@ read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
         return raise_trace_id_not_int(w, value);
     }
     uint64_t low;
-    if (pyint_as_u64(value, &low) == 0) {
+    if (pyint_as_u64(&w->state->fast_paths, value, &low) == 0) {
         info->trace_id_low = low;
         info->trace_id_high = 0;
         return 0;
     }
     /* Beyond 64 bits (or negative): split a 128-bit id into its halves. */
-    int wide = pyint_as_u128(value, &info->trace_id_high, &info->trace_id_low);
+    int wide =
+        pyint_as_u128(&w->state->fast_paths, value, &info->trace_id_high, &info->trace_id_low);
     if (wide == 0) {
         return 0;
     }

@@ -111,7 +111,7 @@ int span_int_error(SpanWriter *w, PyObject *value, const char *field, int is_sig
 static inline int
 span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
 {
-    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_u64(value, out) == 0) {
+    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_u64(&w->state->fast_paths, value, out) == 0) {
         return 0;
     }
     return span_int_error(w, value, field, 0);
@@ -120,7 +120,7 @@ span_uint64(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
 static inline int
 span_int64(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
 {
-    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_i64(value, out) == 0) {
+    if (SP_LIKELY(PyLong_Check(value)) && pyint_as_i64(&w->state->fast_paths, value, out) == 0) {
         return 0;
     }
     return span_int_error(w, value, field, 1);
@@ -145,7 +145,7 @@ span_time_clamped(SpanWriter *w, PyObject *value, const char *field, int64_t *ou
         return 0;
     }
     if (SP_UNLIKELY(!PyLong_Check(value)) ||
-        SP_UNLIKELY(pyint_magnitude64(value, &magnitude, &negative) != 0)) {
+        SP_UNLIKELY(pyint_magnitude64(&w->state->fast_paths, value, &magnitude, &negative) != 0)) {
         return span_time_error(w, value, field);
     }
     if (!negative) {
@@ -169,7 +169,8 @@ span_error_flag(SpanWriter *w, PyObject *value, int *flag)
     }
     if (SP_LIKELY(PyLong_CheckExact(value))) {
         /* More than 64 bits is non-zero too. */
-        *flag = pyint_magnitude64(value, &magnitude, &negative) != 0 || magnitude != 0;
+        *flag = pyint_magnitude64(&w->state->fast_paths, value, &magnitude, &negative) != 0 ||
+                magnitude != 0;
         return 0;
     }
     return span_error_flag_slow(w, value, flag);
@@ -287,7 +288,7 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
          * (a constant at each call) is inlined into the loop. */
         DictEntries entries;
         *written = PyDict_GET_SIZE(dict);
-        if (pydict_entries(dict, &entries)) {
+        if (pydict_entries(&w->state->fast_paths, dict, &entries)) {
             PyObject *const *entry = entries.keys;
             PyObject *const *ahead = entry + ENTRY_PREFETCH_DISTANCE * entries.stride;
             for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {

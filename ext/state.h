@@ -6,6 +6,7 @@
 #define SPANPACK_STATE_H
 
 #include "compat.h"
+#include "layout_probes.h"
 #include "wire.h"
 
 /* Every object the state holds, in one list per kind, so that the struct,
@@ -72,6 +73,8 @@ typedef struct {
     SPANPACK_STATE_IMPORTS(SP_STATE_IMPORT_MEMBER)
     SPANPACK_STATE_MADE(SP_STATE_MADE_MEMBER)
     SPANPACK_STATE_STRINGS(SP_STATE_STRING_MEMBER)
+    /* The in-place readers proven at module exec (layout_probes.h). */
+    SpFastPaths fast_paths;
 #undef SP_STATE_TYPE_MEMBER
 #undef SP_STATE_IMPORT_MEMBER
 #undef SP_STATE_MADE_MEMBER

@@ -215,7 +215,7 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->max_item_size = DEFAULT_MAX_SIZE;
     self->sealed = PyList_New(0);
     if (self->sealed == NULL ||
-        spanfields_init(&self->reader, Py_None, state->span_field_warning) < 0 ||
+        spanfields_init(&self->reader, Py_None, state->span_field_warning, &state->fast_paths) < 0 ||
         payload_init(&self->current, state, 4, 4096, 0) < 0 ||
         part_init(&self->scratch, state, 4) < 0) {
         Py_DECREF(self);
@@ -274,7 +274,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     SpanFieldReader reader;
-    if (spanfields_init(&reader, fields, self->state->span_field_warning) < 0) {
+    if (spanfields_init(&reader, fields, self->state->span_field_warning, &self->state->fast_paths) < 0) {
         return -1;
     }
     PayloadBuilder current;

@@ -13,6 +13,8 @@ ORIGIN_KEY: str
 TRACE_ID_HIGH_KEY: str
 SPAN_LINKS_KEY: str
 SPAN_EVENTS_KEY: str
+# The in-place readers of CPython internals proven at import ("dict", "instance", "int").
+_fast_paths: Tuple[str, ...]
 
 class Packer:
     def __init__(
