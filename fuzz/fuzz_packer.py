@@ -39,11 +39,14 @@ import msgpack
 
 import spanpack
 
-# The plain subclasses (nothing overridden) are the Packer tests' own; the
-# repository root, which holds tests/, is found from this file's location.
+# The plain subclasses (nothing overridden), the tzinfo class and the ext code
+# rule are the Packer tests' own; the repository root, which holds tests/, is
+# found from this file's location.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+from tests.packer import FixedOffset  # noqa: E402
+from tests.packer.ext_codes import MSGPACK_CHAR_IS_SIGNED, msgpack_code  # noqa: E402
 from tests.packer.subclasses import BytesSub, DatetimeSub, DictSub, ListSub, TupleSub  # noqa: E402
 
 # Constructs that reproduced the bugs in tests/robustness/test_regressions.py (all fixed
@@ -52,26 +55,12 @@ from tests.packer.subclasses import BytesSub, DatetimeSub, DictSub, ListSub, Tup
 INCLUDE_KNOWN = os.environ.get("FUZZ_INCLUDE_KNOWN", "1") != "0"
 
 
-def _msgpack_char_is_signed() -> bool:
-    try:
-        msgpack.Packer().pack_ext_type(-1, b"")
-    except OverflowError:
-        return False
-    return True
-
-
 # msgpack-python takes an ext code as a C plain char: signed on x86-64 (the
-# spec's -128..127, as spanpack), unsigned on arm64 (0..255).  There msgpack
-# gets a negative code's byte as an unsigned code (the same bytes), and 128,
-# which only it would take, is not tried.
-MSGPACK_CHAR_IS_SIGNED = _msgpack_char_is_signed()
+# spec's -128..127, as spanpack), unsigned on arm64 (0..255); see
+# tests/packer/ext_codes.py.  There msgpack gets a negative code's byte as an
+# unsigned code (the same bytes, msgpack_code), and 128, which only it would
+# take, is not tried.
 EXT_CODES = [0, 1, 127, 128, -1, -128, -129, 300] if MSGPACK_CHAR_IS_SIGNED else [0, 1, 127, -1, -128, -129, 300]
-
-
-def msgpack_ext_code(code: int) -> int:
-    if not MSGPACK_CHAR_IS_SIGNED and -128 <= code < 0:
-        return code & 0xFF
-    return code
 
 
 class Input:
@@ -209,17 +198,6 @@ class RaisingTz(datetime.tzinfo):
         return None
 
 
-class OddTz(datetime.tzinfo):
-    def __init__(self, minutes):
-        self.minutes = minutes
-
-    def utcoffset(self, dt):
-        return datetime.timedelta(minutes=self.minutes)
-
-    def dst(self, dt):
-        return None
-
-
 class ExtSub(spanpack.ExtType):
     pass
 
@@ -348,7 +326,7 @@ class Builder:
         if kind == 3:
             return base.replace(tzinfo=RaisingTz())
         if kind == 4:
-            return base.replace(tzinfo=OddTz(inp.below(2000) - 1000))
+            return base.replace(tzinfo=FixedOffset(inp.below(2000) - 1000))
         if kind == 5:
             return DatetimeSub(2000, 1, 1, tzinfo=datetime.timezone.utc)
         return inp.pick([datetime.datetime.min, datetime.datetime.max,
@@ -618,7 +596,7 @@ def scenario_packer(data):
             code = inp.pick(EXT_CODES)
             payload = inp.pick([b"", b"a", b"ab", b"abcd", b"x" * 17, "text", bytearray(b"zz"), 5])
             mine = run(lambda: pm.pack_ext_type(code, payload))
-            theirs = run(lambda: pt.pack_ext_type(msgpack_ext_code(code), payload))
+            theirs = run(lambda: pt.pack_ext_type(msgpack_code(code), payload))
             if mine[1] is not None and theirs[1] is not None:
                 # Both arguments bad: the two check them in a different order
                 # (pack_ext_type(300, 5): OverflowError vs TypeError).

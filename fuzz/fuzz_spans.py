@@ -289,59 +289,58 @@ class SpanBuilder:
         value.append(value)  # recursive: ValueError from the nesting limit
         return value
 
-    def links(self):
+    def item_list(self, item, wrong_values, tuple_too):
+        """The links or events field: None or [] (4 times in 10), else 1 to 3
+        values from `item()` as a list, as a tuple (kind 8, when `tuple_too`),
+        or instead one of `wrong_values(items)` (kind 9)."""
         inp = self.inp
         kind = inp.below(10)
         if kind < 4:
             return None if kind == 0 else []
-        count = inp.below(3) + 1
-        items = []
-        for _ in range(count):
-            shape = inp.below(7)
-            fields = {"trace_id": self.ident(inp.below(4) != 0), "span_id": self.ident(True)}
-            if inp.flag():
-                fields["attributes"] = {"a": inp.pick(["x", 1, True, [1, ["n"]], 1.5, None])}
-            if inp.flag():
-                fields["tracestate"] = self.text(inp.flag())
-            if inp.flag():
-                fields["flags"] = inp.pick([0, 1, 2**31, -1, "x"])
-            if inp.flag():
-                fields["dropped_attributes_count"] = inp.pick([0, 2, -1])
-            if shape == 0:
-                items.append(fields)
-            elif shape == 1:
-                items.append(Link(**fields))
-            elif shape == 2:
-                items.append(LinkToDictRaises())
-            elif shape == 3:
-                items.append(inp.pick([None, 5, "link", (1, 2)]))
-            elif shape == 4:
-                items.append(LinkReplacingSpanFields())
-                self.dirty = True
-            else:
-                items.append(fields)
-        if kind == 8:
+        items = [item() for _ in range(inp.below(3) + 1)]
+        if kind == 8 and tuple_too:
             return tuple(items)
         if kind == 9:
-            return inp.pick([5, "links", {"a": 1}, iter(items)])
+            return inp.pick(wrong_values(items))
         return items
 
-    def events(self):
+    def link(self):
         inp = self.inp
-        kind = inp.below(10)
-        if kind < 4:
-            return None if kind == 0 else []
-        items = []
-        for _ in range(inp.below(3) + 1):
-            event = {"name": self.text(inp.below(4) != 0),
-                     "time_unix_nano": inp.pick([0, 1, 2**64 - 1, 2**64, -1, 1.5, True])}
-            if inp.flag():
-                event["attributes"] = {
-                    "k": inp.pick(["v", True, 3, 2**70, 1.5, [1, 2], [[1]], None, {"x": 1}])}
-            items.append(event if inp.below(5) else Link(**event))
-        if kind == 9:
-            return inp.pick([5, "events", {"a": 1}])
-        return items
+        shape = inp.below(7)
+        fields = {"trace_id": self.ident(inp.below(4) != 0), "span_id": self.ident(True)}
+        if inp.flag():
+            fields["attributes"] = {"a": inp.pick(["x", 1, True, [1, ["n"]], 1.5, None])}
+        if inp.flag():
+            fields["tracestate"] = self.text(inp.flag())
+        if inp.flag():
+            fields["flags"] = inp.pick([0, 1, 2**31, -1, "x"])
+        if inp.flag():
+            fields["dropped_attributes_count"] = inp.pick([0, 2, -1])
+        if shape == 1:
+            return Link(**fields)
+        if shape == 2:
+            return LinkToDictRaises()
+        if shape == 3:
+            return inp.pick([None, 5, "link", (1, 2)])
+        if shape == 4:
+            self.dirty = True
+            return LinkReplacingSpanFields()
+        return fields
+
+    def links(self):
+        return self.item_list(self.link, lambda items: [5, "links", {"a": 1}, iter(items)], tuple_too=True)
+
+    def event(self):
+        inp = self.inp
+        event = {"name": self.text(inp.below(4) != 0),
+                 "time_unix_nano": inp.pick([0, 1, 2**64 - 1, 2**64, -1, 1.5, True])}
+        if inp.flag():
+            event["attributes"] = {
+                "k": inp.pick(["v", True, 3, 2**70, 1.5, [1, 2], [[1]], None, {"x": 1}])}
+        return event if inp.below(5) else Link(**event)
+
+    def events(self):
+        return self.item_list(self.event, lambda items: [5, "events", {"a": 1}], tuple_too=False)
 
     # -- spans ------------------------------------------------------------
     def abstract_span(self, first):
@@ -375,6 +374,17 @@ class SpanBuilder:
             span[inp.pick(["meta", "metrics"])] = inp.pick([None, [], "x", DictSub()])
         return span
 
+    def set_field(self, obj, key, value):
+        """One abstract span field on a span object, where the encoder's
+        fields= reads it (with the mapping: meta as tags, origin as
+        ctx.origin)."""
+        if self.mapping and key == "meta":
+            key = "tags"
+        if self.mapping and key == "origin":
+            obj.ctx = Ctx(value)
+            return
+        setattr(obj, key, value)
+
     def render(self, span, form):
         """Turn an abstract span into one of the input forms."""
         if form == "dict":
@@ -382,12 +392,7 @@ class SpanBuilder:
         else:
             obj = Plain() if form == "obj" else (Slotted() if form == "slots" else SlottedChild())
             for key, value in span.items():
-                if self.mapping and key == "meta":
-                    key = "tags"
-                if self.mapping and key == "origin":
-                    obj.ctx = Ctx(value)
-                    continue
-                setattr(obj, key, value)
+                self.set_field(obj, key, value)
         links = span.get("links")
         if isinstance(links, (list, tuple)):
             for link in links:
@@ -486,14 +491,8 @@ class SpanBuilder:
         cls = type("Tricky", (Plain,), namespace)
         obj = cls()
         for key, value in values.items():
-            if key in tricky_fields:
-                continue
-            if builder.mapping and key == "meta":
-                key = "tags"
-            if builder.mapping and key == "origin":
-                obj.ctx = Ctx(value)
-                continue
-            setattr(obj, key, value)
+            if key not in tricky_fields:
+                self.set_field(obj, key, value)
         if inp.below(4) == 0:
             # __class__ flips between calls: the first read sees one class,
             # later reads another.

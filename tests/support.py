@@ -8,6 +8,9 @@
 * Plain span input forms (a __slots__ class, a class with properties, dicts)
   built from one "logical" span description, so that the same trace can be fed
   to spanpack in every input form.
+* Small spans and entry points for the error tests: ``good_span``, spans whose
+  properties run code or raise, ``feed`` (traces through one entry point) and
+  the lenient mode's check over all three paths.
 
 ddtrace is imported lazily: only the ddtrace-specific helpers need it.
 """
@@ -15,7 +18,7 @@ ddtrace is imported lazily: only the ddtrace-specific helpers need it.
 from __future__ import annotations
 
 import types
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import msgpack
 from hypothesis import strategies as st
@@ -548,6 +551,62 @@ def good_span(**overrides: Any) -> Dict[str, Any]:
     }
     span.update(overrides)
     return span
+
+
+def hooked_property_span(values: Dict[str, Any], field: str, before_read: Callable[[], Any]) -> Any:
+    """A span whose fields are read-only properties (of a class of its own)
+    returning `values`; reading `field` first calls `before_read()`, which may
+    change the trace, call the encoder or raise."""
+
+    class PropertySpan:
+        pass
+
+    for name, value in values.items():
+        if name == field:
+            def getter(self: Any, _value: Any = value) -> Any:
+                before_read()
+                return _value
+        else:
+            def getter(self: Any, _value: Any = value) -> Any:
+                return _value
+        setattr(PropertySpan, name, property(getter))
+    return PropertySpan()
+
+
+def raising_property_span(values: Dict[str, Any], field: str, exception: BaseException) -> Any:
+    """hooked_property_span whose `field` raises `exception` (that very object)."""
+
+    def raise_it() -> None:
+        raise exception
+
+    return hooked_property_span(values, field, raise_it)
+
+
+def feed(encoder: Any, path: str, traces: Sequence[Any]) -> Any:
+    """`traces` through one entry point: "encode_traces" (returns the
+    payload), "put" (returns None; the traces stay buffered) or "encode_trace"
+    (returns the encoded parts, for join_encoded)."""
+    if path == "encode_traces":
+        return encoder.encode_traces(traces)
+    if path == "put":
+        for trace in traces:
+            encoder.put(trace)
+        return None
+    return [encoder.encode_trace(trace) for trace in traces]
+
+
+def assert_lenient_paths(encoder: Any, traces: Sequence[Any], expected: bytes, drops: int) -> None:
+    """A fresh lenient `encoder` writes `expected` for `traces` through each of
+    its three paths (encode_traces, put + encode, encode_trace +
+    join_encoded), each path counting the `drops` dropped tags again."""
+    assert encoder.encode_traces(traces) == expected
+    assert encoder.dropped_tags == drops
+    for trace in traces:
+        encoder.put(trace)
+    assert encoder.encode() == [(expected, len(traces))]
+    assert encoder.dropped_tags == 2 * drops
+    assert encoder.join_encoded([encoder.encode_trace(trace) for trace in traces]) == expected
+    assert encoder.dropped_tags == 3 * drops
 
 
 def resolved_traces(version: str, payload: bytes) -> Any:

@@ -20,6 +20,7 @@ import spanpack
 from spanpack import TraceMsgPackEncoder
 
 from tests.integration.agent import ENABLED_CHECKS, SESSION_TOKEN_HEADER
+from tests.support import good_span
 
 VERSIONS = ["v0.4", "v0.5"]
 LOW64 = (1 << 64) - 1
@@ -30,23 +31,19 @@ JSON_META_KEYS = ("events", "_dd.span_links")
 # Span inputs
 
 
+# The agent tests' span unless a test says otherwise (good_span for the rest).
+AGENT_SPAN_DEFAULTS = {
+    "service": "spanpack-agent-test",
+    "name": "agent.op",
+    "resource": "GET /agent",
+    "span_type": "web",
+    "start_ns": 1_700_000_000_123_456_789,
+    "duration_ns": 5_000_000,
+}
+
+
 def span(trace_id, span_id, **fields):
-    s = {
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_id": None,
-        "service": "spanpack-agent-test",
-        "name": "agent.op",
-        "resource": "GET /agent",
-        "span_type": "web",
-        "start_ns": 1_700_000_000_123_456_789,
-        "duration_ns": 5_000_000,
-        "error": 0,
-        "meta": {},
-        "metrics": {},
-    }
-    s.update(fields)
-    return s
+    return good_span(trace_id=trace_id, span_id=span_id, **dict(AGENT_SPAN_DEFAULTS, **fields))
 
 
 HIGH = 0x6543210F00000000

@@ -21,6 +21,7 @@ import spanpack
 from spanpack import transport
 from spanpack.writer import DROP_REASONS, AgentWriter, choose_version, supported_versions
 
+from tests.integration import chained_trace
 from tests.integration.fault_server import FaultServer, refusing_url
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,21 +31,8 @@ _ids = itertools.count(1)
 
 def make_trace(spans=1):
     trace_id = next(_ids)
-    return [
-        {
-            "trace_id": trace_id,
-            "span_id": trace_id * 100 + i + 1,
-            "parent_id": trace_id * 100 + i if i else 0,
-            "service": "svc",
-            "name": "op",
-            "resource": "res-%d" % (trace_id % 7),
-            "start_ns": 1_700_000_000_000_000_000 + i,
-            "duration_ns": 1000,
-            "meta": {"k": "v"},
-            "metrics": {"m": 1.5},
-        }
-        for i in range(spans)
-    ]
+    return chained_trace(trace_id, spans, 100, service="svc", resource="res-%d" % (trace_id % 7),
+                         meta={"k": "v"}, metrics={"m": 1.5})
 
 
 def ledger_balances(writer):

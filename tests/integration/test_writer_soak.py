@@ -29,6 +29,7 @@ import pytest
 
 from spanpack.writer import AgentWriter, supported_versions
 
+from tests.integration import chained_trace
 from tests.integration.fault_server import FaultServer
 
 SOAK_SECONDS = float(os.environ.get("SPANPACK_SOAK_SECONDS", "12"))
@@ -56,21 +57,8 @@ FAULTS = [
 
 
 def _trace(trace_id, spans):
-    return [
-        {
-            "trace_id": trace_id,
-            "span_id": trace_id * 10 + i + 1,
-            "parent_id": trace_id * 10 + i if i else 0,
-            "service": "soak",
-            "name": "op",
-            "resource": "r%d" % (trace_id % 13),
-            "start_ns": 1_700_000_000_000_000_000 + i,
-            "duration_ns": 1000,
-            "meta": {"k": "v%d" % (trace_id % 5)},
-            "metrics": {"m": 0.5},
-        }
-        for i in range(spans)
-    ]
+    return chained_trace(trace_id, spans, 10, service="soak", resource="r%d" % (trace_id % 13),
+                         meta={"k": "v%d" % (trace_id % 5)}, metrics={"m": 0.5})
 
 
 class _InterruptingSpan:

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spanpack
-from tests.packer import outcome
+from tests.packer import CONTAINER_LEVELS, nest, outcome
 from tests.packer import ext_codes
 from tests.packer.subclasses import IntSub, FloatSub, StrSub, BytesSub, BytearraySub, ListSub, TupleSub, DictSub, DatetimeSub
 
@@ -712,18 +712,12 @@ def test_default_for_overflowing_int_subclass_and_strict_types():
 # --------------------------------------------------------------------------
 
 
+_NESTED_LEVELS = dict(CONTAINER_LEVELS, mixed=lambda obj: [{"k": (obj,)}])
+
+
 def _nested(depth, kind, leaf):
-    obj = leaf
-    for _ in range(depth):
-        if kind == "list":
-            obj = [obj]
-        elif kind == "tuple":
-            obj = (obj,)
-        elif kind == "dict":
-            obj = {"k": obj}
-        else:  # mixed
-            obj = [{"k": (obj,)}]
-    return obj
+    """`leaf` inside `depth` levels of one kind ("mixed": a list, a dict, a tuple)."""
+    return nest(leaf, depth, [kind], _NESTED_LEVELS)
 
 
 @pytest.mark.parametrize("kind", ["list", "tuple", "dict", "mixed"])

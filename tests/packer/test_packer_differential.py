@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import spanpack
-from tests.packer import ext_codes
+from tests.packer import CONTAINER_LEVELS, FixedOffset, ext_codes, nest
 from tests.packer.subclasses import IntSub, FloatSub, StrSub, BytesSub, BytearraySub, ListSub, TupleSub, DictSub, DatetimeSub
 
 # --------------------------------------------------------------------------
@@ -87,25 +87,6 @@ class Opaque:
 
     def __repr__(self):
         return f"Opaque({self.payload!r})"
-
-
-class FixedOffset(datetime.tzinfo):
-    """A tzinfo that is not datetime.timezone."""
-
-    def __init__(self, minutes):
-        self.minutes = minutes
-
-    def utcoffset(self, dt):
-        return datetime.timedelta(minutes=self.minutes)
-
-    def dst(self, dt):
-        return datetime.timedelta(0)
-
-    def tzname(self, dt):
-        return f"FIXED{self.minutes:+d}"
-
-    def __repr__(self):
-        return f"FixedOffset({self.minutes})"
 
 
 def _subclass(base, name):
@@ -565,28 +546,14 @@ def test_reused_packer_matches_msgpack(ops, opts, autoreset):
     assert ours.bytes() == ref.bytes()
 
 
-_NEST_KINDS = ["list", "tuple", "dict", "listsub", "dictsub", "point", "opaque"]
-
-
-def _nest(leaf, depth, kinds):
-    obj = leaf
-    for level in range(depth):
-        kind = kinds[level % len(kinds)]
-        if kind == "list":
-            obj = [obj]
-        elif kind == "tuple":
-            obj = (obj,)
-        elif kind == "dict":
-            obj = {"k": obj}
-        elif kind == "listsub":
-            obj = ListSub([1, obj])
-        elif kind == "dictsub":
-            obj = DictSub({0: obj})
-        elif kind == "point":
-            obj = Point(None, obj)
-        else:
-            obj = Opaque(obj)
-    return obj
+_NEST_LEVELS = dict(
+    CONTAINER_LEVELS,
+    listsub=lambda obj: ListSub([1, obj]),
+    dictsub=lambda obj: DictSub({0: obj}),
+    point=lambda obj: Point(None, obj),
+    opaque=Opaque,
+)
+_NEST_KINDS = list(_NEST_LEVELS)
 
 
 @budget(0.05)
@@ -598,7 +565,7 @@ def _nest(leaf, depth, kinds):
 )
 def test_deep_nesting_matches_msgpack(depth, kinds, leaf, opts):
     # No ExtType/Timestamp inside, so both libraries get the very same object.
-    obj = _nest(leaf, depth, kinds)
+    obj = nest(leaf, depth, kinds, _NEST_LEVELS)
     expected = outcome(msgpack.packb, obj, **opts)
     actual = outcome(spanpack.packb, obj, **opts)
     _assert_same(actual, expected, f"depth {depth}")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import spanpack
 from spanpack import BufferFull, BufferItemTooLarge, TraceMsgPackEncoder
 
-from tests.support import CORE_FIELDS, resolved_traces
+from tests.support import CORE_FIELDS, good_span, resolved_traces
 
 VERSIONS = ["v0.4", "v0.5"]
 EMPTY_SIZE = {"v0.4": 1, "v0.5": 15}
@@ -31,22 +31,10 @@ EMPTY_SIZE = {"v0.4": 1, "v0.5": 15}
 
 
 def make_span(trace_id, span_id, **fields):
-    span = {
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_id": None,
-        "service": "svc",
-        "name": "op",
-        "resource": "res",
-        "span_type": None,
-        "start_ns": 1_700_000_000_000_000_000 + span_id,
-        "duration_ns": 1000 + span_id,
-        "error": 0,
-        "meta": {},
-        "metrics": {},
-    }
-    span.update(fields)
-    return span
+    """good_span with these ids, times from the span id and plain names."""
+    defaults = {"service": "svc", "name": "op", "resource": "res",
+                "start_ns": 1_700_000_000_000_000_000 + span_id, "duration_ns": 1000 + span_id}
+    return good_span(trace_id=trace_id, span_id=span_id, **dict(defaults, **fields))
 
 
 def make_trace(i, spans=1, pad=0, tag=""):

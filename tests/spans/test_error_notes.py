@@ -12,7 +12,7 @@ import pytest
 
 import spanpack
 
-from tests.support import CORE_FIELDS, good_span
+from tests.support import CORE_FIELDS, feed, good_span, raising_property_span
 
 VERSIONS = ("v0.4", "v0.5", "v1.0")
 PATHS = ("encode_traces", "put", "encode_trace")
@@ -33,33 +33,6 @@ EXCEPTION_TYPES = [KeyError, RuntimeError, NotFoundError, TracerError, IndexErro
                    ZeroDivisionError, OSError]
 
 
-def property_span(values, raising_field, exception):
-    """A span whose fields are properties; `raising_field`'s raises."""
-
-    class PropertySpan:
-        pass
-
-    for name, value in values.items():
-        if name == raising_field:
-            def getter(self, _exception=exception):
-                raise _exception
-        else:
-            def getter(self, _value=value):
-                return _value
-        setattr(PropertySpan, name, property(getter))
-    return PropertySpan()
-
-
-def run(encoder, path, traces):
-    if path == "encode_traces":
-        return encoder.encode_traces(traces)
-    if path == "put":
-        for trace in traces:
-            encoder.put(trace)
-        return None
-    return [encoder.encode_trace(trace) for trace in traces]
-
-
 def fresh(version, traces):
     return spanpack.TraceMsgPackEncoder(version).encode_traces(traces)
 
@@ -73,7 +46,7 @@ def check_located(version, path, bad_trace, exception, note):
         encoder.put(GOOD_BEFORE)
     traces = [GOOD_BEFORE, bad_trace] if path == "encode_traces" else [bad_trace]
     with pytest.raises(type(exception)) as info:
-        run(encoder, path, traces)
+        feed(encoder, path, traces)
     assert info.value is exception
     assert info.value.__notes__ == [note % (1 if path == "encode_traces" else 0)]
     if path == "put":
@@ -96,7 +69,7 @@ def test_property_exception_gets_the_location_as_a_note(field, span_index, excep
                                                         version, path):
     exception = exception_type("from the %s property" % field)
     trace = [good_span(span_id=20 + i) for i in range(3)]
-    trace[span_index] = property_span(trace[span_index], field, exception)
+    trace[span_index] = raising_property_span(trace[span_index], field, exception)
     check_located(version, path, trace, exception,
                   "trace %%d, span %d, field %s" % (span_index, field))
 
@@ -106,7 +79,7 @@ def test_property_exception_gets_the_location_as_a_note(field, span_index, excep
 def test_origin_property_exception_is_located(exception_type, version):
     exception = exception_type("origin")
     values = dict(good_span(), origin="synthetics")
-    trace = [property_span(values, "origin", exception)]
+    trace = [raising_property_span(values, "origin", exception)]
     check_located(version, "encode_traces", trace, exception, "trace %d, span 0, field origin")
 
 
@@ -121,7 +94,7 @@ def test_error_flag_exception_is_located(version, path):
     trace = [good_span(), good_span(span_id=3, error=BadFlag(1))]
     encoder = spanpack.TraceMsgPackEncoder(version)
     with pytest.raises(TracerError) as info:
-        run(encoder, path, [trace])
+        feed(encoder, path, [trace])
     assert info.value.__notes__ == ["trace 0, span 1, field error"]
 
 
@@ -144,7 +117,7 @@ def test_an_exception_raised_again_is_located_once():
     """The same exception object through two encodes keeps one note per
     location (a note is not repeated)."""
     exception = RuntimeError("shared")
-    trace = [property_span(good_span(), "service", exception)]
+    trace = [raising_property_span(good_span(), "service", exception)]
     encoder = spanpack.TraceMsgPackEncoder("v0.4")
     for _ in range(2):
         with pytest.raises(RuntimeError):
@@ -155,7 +128,7 @@ def test_an_exception_raised_again_is_located_once():
 def test_keyboard_interrupt_is_left_alone():
     """Only Exception subclasses are annotated: an interrupt passes as it is."""
     exception = KeyboardInterrupt()
-    trace = [property_span(good_span(), "service", exception)]
+    trace = [raising_property_span(good_span(), "service", exception)]
     with pytest.raises(KeyboardInterrupt) as info:
         spanpack.TraceMsgPackEncoder("v0.4").encode_traces([trace])
     assert info.value is exception

@@ -31,7 +31,7 @@ import pytest
 import spanpack
 from spanpack import SpanFieldWarning
 
-from tests.support import good_span
+from tests.support import feed, good_span
 
 VERSIONS = ("v0.4", "v0.5", "v1.0")
 PATHS = ("encode_traces", "put", "encode_trace")
@@ -42,15 +42,14 @@ GOOD_AFTER = [good_span(span_id=12, service="after", metrics={"m": 1})]
 
 def payload(encoder, path, traces):
     """One payload for `traces` through `path`."""
+    fed = feed(encoder, path, traces)
     if path == "encode_traces":
-        return encoder.encode_traces(traces)
+        return fed
     if path == "put":
-        for trace in traces:
-            encoder.put(trace)
         ((data, count),) = encoder.encode()
         assert count == len(traces)
         return data
-    return encoder.join_encoded([encoder.encode_trace(trace) for trace in traces])
+    return encoder.join_encoded(fed)
 
 
 def dict_payload(version, traces):

@@ -31,6 +31,7 @@ from tests.support import (
     MAX_SPANS_PER_EXAMPLE,
     VERSIONS,
     assert_all_paths_equal,
+    assert_lenient_paths,
     ddtrace_encoder,
     ddtrace_payload,
     largest_generated_trace,
@@ -128,15 +129,7 @@ def test_lenient_mode_drops_like_ddtrace(version, traces, bad_meta, bad_metrics,
     # the default 20 MiB.
     encoder = spanpack.TraceMsgPackEncoder(
         version, "ddtrace", lenient=True, max_size=max(DEFAULT_MAX_SIZE, len(expected)))
-    assert encoder.encode_traces(dd_traces) == expected
-    assert encoder.dropped_tags == expected_drops
-    for trace in dd_traces:
-        encoder.put(trace)
-    assert encoder.encode() == [(expected, len(dd_traces))]
-    assert encoder.dropped_tags == 2 * expected_drops
-    joined = encoder.join_encoded([encoder.encode_trace(trace) for trace in dd_traces])
-    assert joined == expected
-    assert encoder.dropped_tags == 3 * expected_drops
+    assert_lenient_paths(encoder, dd_traces, expected, expected_drops)
 
 
 def test_reference_buffer_holds_the_largest_example():

@@ -18,7 +18,16 @@ from hypothesis import strategies as st
 
 import spanpack
 
-from tests.support import CORE_FIELDS, good_span, logical_traces, to_form
+from tests.support import (
+    CORE_FIELDS,
+    assert_lenient_paths,
+    feed,
+    good_span,
+    hooked_property_span,
+    logical_traces,
+    raising_property_span,
+    to_form,
+)
 
 VERSIONS = ("v0.4", "v0.5")
 PATHS = ("encode_traces", "put", "encode_trace")
@@ -210,20 +219,6 @@ def _fresh_payloads(version, traces, **options):
     return one_shot
 
 
-def run_path(encoder, path, traces):
-    """Feed `traces` to the encoder through `path`; returns the payload for
-    encode_traces, None otherwise."""
-    if path == "encode_traces":
-        return encoder.encode_traces(traces)
-    if path == "put":
-        for trace in traces:
-            encoder.put(trace)
-        return None
-    for trace in traces:
-        encoder.encode_trace(trace)
-    return None
-
-
 def check_failure_and_recovery(version, path, bad, expected_type, prefix_for, options=None):
     """Run the bad trace through `path` and check the exception and that the
     encoder then behaves exactly like a fresh one.  `prefix_for(trace_index)`
@@ -277,7 +272,7 @@ def test_bad_value_matrix(field, value, errors, key, version, path):
     if expected_type is None:
         # Valid for this version: encodes without error on every path.
         encoder = spanpack.TraceMsgPackEncoder(version)
-        run_path(encoder, path, [GOOD_BEFORE, bad])
+        feed(encoder, path, [GOOD_BEFORE, bad])
         return
     check_failure_and_recovery(
         version, path, bad, expected_type, lambda t: _message_prefix(t, span_index, field, key)
@@ -342,23 +337,6 @@ class Boom(Exception):
     pass
 
 
-def _object_span(raising_field, exception):
-    values = span()
-
-    class PropertySpan:
-        pass
-
-    for name, value in values.items():
-        if name == raising_field:
-            def getter(self, _exception=exception):
-                raise _exception
-        else:
-            def getter(self, _value=value):
-                return _value
-        setattr(PropertySpan, name, property(getter))
-    return PropertySpan()
-
-
 PROPERTY_FIELDS = CORE_FIELDS
 
 
@@ -370,12 +348,12 @@ def test_property_exceptions_propagate_unchanged(exception_type, field, version,
     original = exception_type("from the %s property" % field)
     span_index = 0 if field in TRACE_LEVEL else 2
     bad = [dict(s) for s in bad_trace("service", "x", span_index)]
-    bad[span_index] = _object_span(field, original)
+    bad[span_index] = raising_property_span(span(), field, original)
     encoder = spanpack.TraceMsgPackEncoder(version)
     if path == "put":
         encoder.put(GOOD_BEFORE)
     with pytest.raises(exception_type) as info:
-        run_path(encoder, path, [GOOD_BEFORE, bad] if path == "encode_traces" else [bad])
+        feed(encoder, path, [GOOD_BEFORE, bad] if path == "encode_traces" else [bad])
     assert info.value is original
     if path == "put":
         encoder.put(GOOD_AFTER)
@@ -385,7 +363,7 @@ def test_property_exceptions_propagate_unchanged(exception_type, field, version,
 def _raise_from_property(exception_type, field, version):
     original = exception_type("bad %s" % field)
     bad = [dict(s) for s in bad_trace("service", "x", 2)]
-    bad[2] = _object_span(field, original)
+    bad[2] = raising_property_span(span(), field, original)
     with pytest.raises(exception_type) as info:
         spanpack.TraceMsgPackEncoder(version).encode_traces([GOOD_BEFORE, bad])
     return original, info.value
@@ -469,14 +447,7 @@ def test_bad_trace_containers(version):
 def _lenient_and_clean(version, dirty_traces, clean_traces, expected_drops, **options):
     lenient = spanpack.TraceMsgPackEncoder(version, lenient=True, **options)
     expected = spanpack.TraceMsgPackEncoder(version, **options).encode_traces(clean_traces)
-    assert lenient.encode_traces(dirty_traces) == expected
-    assert lenient.dropped_tags == expected_drops
-    for trace in dirty_traces:
-        lenient.put(trace)
-    assert lenient.encode() == [(expected, len(dirty_traces))]
-    assert lenient.dropped_tags == 2 * expected_drops
-    assert lenient.join_encoded([lenient.encode_trace(t) for t in dirty_traces]) == expected
-    assert lenient.dropped_tags == 3 * expected_drops
+    assert_lenient_paths(lenient, dirty_traces, expected, expected_drops)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -557,7 +528,7 @@ def test_lenient_still_raises_for_non_tag_fields(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_lenient_property_exceptions_still_propagate(version):
     original = Boom()
-    span_object = _object_span("meta", original)
+    span_object = raising_property_span(span(), "meta", original)
     encoder = spanpack.TraceMsgPackEncoder(version, lenient=True)
     with pytest.raises(Boom) as info:
         encoder.encode_traces([[span_object]])
@@ -583,21 +554,8 @@ def test_lenient_failure_after_drops_is_atomic(field, value, error, version, pat
 
 
 def _span_with_hook(hook):
-    values = span(span_id=9)
-
-    class HookSpan:
-        pass
-
-    for name, value in values.items():
-        if name == "service":
-            def getter(self, _value=value):
-                hook()
-                return _value
-        else:
-            def getter(self, _value=value):
-                return _value
-        setattr(HookSpan, name, property(getter))
-    return HookSpan()
+    """span(span_id=9) whose service property calls `hook` first."""
+    return hooked_property_span(span(span_id=9), "service", hook)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -611,7 +569,7 @@ def test_trace_resized_by_a_span_property(change, version, path):
     if path == "put":
         encoder.put(GOOD_BEFORE)
     with pytest.raises(RuntimeError, match=r"^trace \d+ changed size during encoding"):
-        run_path(encoder, path, [GOOD_BEFORE, trace] if path == "encode_traces" else [trace])
+        feed(encoder, path, [GOOD_BEFORE, trace] if path == "encode_traces" else [trace])
     if path == "put":
         encoder.put(GOOD_AFTER)
         assert encoder.encode() == [(_fresh_payloads(version, [GOOD_BEFORE, GOOD_AFTER]), 2)]
