@@ -942,7 +942,8 @@ static inline int
 v10_time_value(SpanWriter *w, PyObject *value, const char *field, uint64_t *out)
 {
     int64_t clamped;
-    if (SP_LIKELY(PyLong_CheckExact(value)) && pyint_as_u64(&w->state->fast_paths, value, out) == 0 &&
+    if (SP_LIKELY(PyLong_CheckExact(value)) &&
+        pyint_as_u64(&w->state->fast_paths, value, out) == 0 &&
         SP_LIKELY(*out <= (uint64_t)INT64_MAX)) {
         return 0;
     }

@@ -215,7 +215,8 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->max_item_size = DEFAULT_MAX_SIZE;
     self->sealed = PyList_New(0);
     if (self->sealed == NULL ||
-        spanfields_init(&self->reader, Py_None, state->span_field_warning, &state->fast_paths) < 0 ||
+        spanfields_init(&self->reader, Py_None, state->span_field_warning, &state->fast_paths) <
+            0 ||
         payload_init(&self->current, state, 4, 4096, 0) < 0 ||
         part_init(&self->scratch, state, 4) < 0) {
         Py_DECREF(self);
@@ -274,7 +275,8 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     SpanFieldReader reader;
-    if (spanfields_init(&reader, fields, self->state->span_field_warning, &self->state->fast_paths) < 0) {
+    if (spanfields_init(&reader, fields, self->state->span_field_warning,
+                        &self->state->fast_paths) < 0) {
         return -1;
     }
     PayloadBuilder current;
@@ -781,8 +783,7 @@ static PyMemberDef trace_encoder_members[] = {
 static PyGetSetDef trace_encoder_getset[] = {
     {"size", (getter)trace_encoder_get_size, NULL,
      "Exact byte length of the payloads encode() would return now.", NULL},
-    {"version", (getter)trace_encoder_get_version, NULL, "\"v0.4\", \"v0.5\" or \"v1.0\".",
-     NULL},
+    {"version", (getter)trace_encoder_get_version, NULL, "\"v0.4\", \"v0.5\" or \"v1.0\".", NULL},
     {"max_payload_size", (getter)trace_encoder_get_max_payload_size, NULL,
      "Most bytes per payload returned by encode() (BufferItemTooLarge for a trace that "
      "alone would exceed it); None: no limit, one payload.",

@@ -105,7 +105,7 @@ class TraceMsgPackEncoder(TraceEncoder):
             lenient=lenient,
             intern=intern,
             native_span_events=native_span_events,
-            _preamble=preamble,
+            _preamble=preamble,  # type: ignore[call-arg]  # private: kept out of the public stub
         )
 
     @property
@@ -155,21 +155,21 @@ def v10_preamble(
             count += 1
     if attributes:
         triplets: List[bytes] = []
-        for key, value in attributes.items():
-            triplets.append(stream(key, "payload_attributes keys"))
+        for name, value in attributes.items():
+            triplets.append(stream(name, "payload_attributes keys"))
             if isinstance(value, str):
                 triplets.append(packb(_V10_STRING) + stream(value, "payload_attributes values"))
             elif isinstance(value, bool):
                 triplets.append(packb(_V10_BOOL) + packb(value))
             elif isinstance(value, int):
                 if not _I64_MIN <= value <= _I64_MAX:
-                    raise ValueError(f"payload_attributes[{key!r}] does not fit in int64")
+                    raise ValueError(f"payload_attributes[{name!r}] does not fit in int64")
                 triplets.append(packb(_V10_INT) + packb(value))
             elif isinstance(value, float):
                 triplets.append(packb(_V10_DOUBLE) + packb(value))
             else:
                 raise TypeError(
-                    f"payload_attributes[{key!r}] must be str, bool, int or float, "
+                    f"payload_attributes[{name!r}] must be str, bool, int or float, "
                     f"not {type(value).__name__}"
                 )
         header = packb([None] * (3 * len(attributes)))[: -3 * len(attributes)]

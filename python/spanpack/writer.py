@@ -47,7 +47,7 @@ import random
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict
 
 from ._spanpack import BufferFull, BufferItemTooLarge
 from .encoder import TraceMsgPackEncoder, agent_versions, payload_headers
@@ -186,6 +186,26 @@ class _Batch:
 
 _SENT, _UNCONFIRMED = "sent", "unconfirmed"
 _SPLIT, _REENCODE = "split", "reencode"
+
+
+class WriterStats(TypedDict):
+    """``AgentWriter.stats``: traces_written == traces_sent + traces_dropped + traces_buffered."""
+
+    traces_written: int
+    traces_sent: int  # confirmed by a 2xx, or sent whole with no reply (those are also in the next)
+    traces_sent_unconfirmed: int  # sent whole, no reply: the agent may have them; never resent
+    traces_dropped: int
+    traces_buffered: int  # in the buffer, or in the batch being sent
+    dropped_by_reason: Dict[str, int]  # every reason of DROP_REASONS, 0 included
+    spans_sent: int
+    payloads_sent: int
+    bytes_sent: int
+    retries: int
+    replies_too_large: int  # replies over 1 MiB, refused unread
+    writer_errors: int  # unexpected errors on the flush thread (logged with their traceback)
+    on_response_errors: int
+    thread_starts: int  # 1, or more if the flush thread had to be restarted
+    version: Optional[str]  # None until known
 
 
 class AgentWriter:
@@ -474,8 +494,8 @@ class AgentWriter:
                 return
 
     @property
-    def stats(self) -> Dict[str, Any]:  # a WriterStats (writer.pyi)
-        """A snapshot of the counters (a new dict on every read; see ``WriterStats`` in the stubs)."""
+    def stats(self) -> WriterStats:
+        """A snapshot of the counters (a new dict on every read; see ``WriterStats``)."""
         with self._lock:
             dropped = self._drop_totals()
             batch = self._batch
