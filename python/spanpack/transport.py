@@ -17,10 +17,11 @@ import ipaddress
 import os
 import select
 import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from .encoder import payload_headers
 
@@ -166,6 +167,7 @@ class AgentConnection:
         self.port = address.port
         self._sock: Optional[socket.socket] = None
         self._leftover = b""
+        self._lookup: Optional[_NameLookup] = None
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
@@ -231,9 +233,7 @@ class AgentConnection:
                 sock.close()
                 raise
             return sock
-        # The name lookup is not bounded by the deadline (getaddrinfo has no
-        # timeout); the connect is.
-        sock = socket.create_connection((address.host, address.port), timeout=remaining)
+        sock = self._connect_tcp(deadline)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if address.scheme == "https":
@@ -245,6 +245,56 @@ class AgentConnection:
             sock.close()
             raise
         return sock
+
+    def _connect_tcp(self, deadline: float) -> socket.socket:
+        """A connected TCP socket to the agent, by ``deadline``: each address
+        the host name has, in turn, as ``socket.create_connection`` does."""
+        errors: List[OSError] = []
+        for family, kind, proto, _name, socket_address in self._addresses(deadline):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(_remaining(deadline))
+                sock.connect(socket_address)
+            except OSError as error:
+                sock.close()
+                errors.append(error)
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+        if errors:
+            raise errors[-1]
+        raise OSError("%s has no address to connect to" % self.address.host)
+
+    def _addresses(self, deadline: float) -> List[Tuple[Any, ...]]:
+        """What getaddrinfo() says for the agent's host, by ``deadline``.
+
+        getaddrinfo() takes no timeout (a resolver that does not answer holds
+        it for as long as its own retries last), so a name other than an IP
+        address is looked up on a thread of its own, waited for until the
+        deadline.  A lookup still going then is kept: the next request waits
+        for (or takes the answer of) the same one instead of starting
+        another, so one connection never has more than one lookup thread."""
+        host, port = self.address.host, self.address.port
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:  # an IP address: getaddrinfo() answers without asking anyone
+            return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        lookup = self._lookup
+        if lookup is None:
+            try:
+                lookup = self._lookup = _NameLookup(host, port)
+            except RuntimeError:  # no new threads (the interpreter is shutting down): look up here
+                return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        if not lookup.done.wait(_remaining(deadline)):
+            raise socket.timeout("looking up %r took longer than the request's deadline" % host)
+        self._lookup = None
+        if lookup.error is not None:
+            raise lookup.error
+        return lookup.addresses
 
     def _request_head(self, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str]) -> bytes:
         lines = ["%s %s%s HTTP/1.1" % (method, self.address.base_path, path), "Host: %s" % self._host_header()]
@@ -286,6 +336,29 @@ class AgentConnection:
         if length > MAX_REPLY_SIZE:
             return Reply(status, b"", True), False
         return Reply(status, reader.read_exact(length)), keep
+
+
+class _NameLookup:
+    """One getaddrinfo() for a host, on a daemon thread (see ``AgentConnection._addresses``)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.done = threading.Event()
+        self.addresses: List[Tuple[Any, ...]] = []
+        self.error: Optional[OSError] = None
+        thread = threading.Thread(
+            target=self._run, args=(host, port), name="spanpack-agent-lookup", daemon=True
+        )
+        thread.start()
+
+    def _run(self, host: str, port: int) -> None:
+        try:
+            self.addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        except OSError as error:
+            self.error = error
+        except BaseException as error:  # (UnicodeError is a ValueError: a host name IDNA refuses)
+            self.error = OSError("looking up %r failed: %s: %s" % (host, type(error).__name__, error))
+        finally:
+            self.done.set()
 
 
 class _Reader:

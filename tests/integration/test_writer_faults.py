@@ -434,3 +434,38 @@ def test_a_connection_the_agent_closed_while_idle_is_not_used(server, writers):
     stats = ledger_balances(writer)
     assert stats["traces_sent"] == 6 and stats["traces_sent_unconfirmed"] == 0 and stats["retries"] == 0
     assert sorted(server.accepted_ids()) == ids and server.connections == 3
+
+
+def test_a_host_name_lookup_that_hangs_ends_at_the_request_deadline(server, writers, monkeypatch):
+    """getaddrinfo() has no timeout: a resolver that never answers held the
+    flush thread for as long as its retries lasted.  The lookup now ends at
+    the request's deadline, one lookup thread at a time, and its answer,
+    once it comes, is used."""
+    import socket
+
+    real_getaddrinfo = socket.getaddrinfo
+    answer = threading.Event()
+    asked = []
+
+    def hanging_getaddrinfo(host, port, *args, **kwargs):
+        if host == "agent.example.invalid":
+            asked.append(host)
+            answer.wait(60)
+            host = "127.0.0.1"
+        return real_getaddrinfo(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging_getaddrinfo)
+    url = server.url.replace("127.0.0.1", "agent.example.invalid")
+    assert url != server.url
+    writer = writers(url, version="v0.4", timeout=0.3, max_attempts=2, retry_backoff=0.01)
+    first = _write_n(writer, 2)
+    # Each attempt waits for the same lookup until its own deadline, then fails.
+    assert writer.flush(timeout=20)
+    assert drops(writer.stats) == {"retries_exhausted": 2}
+    assert len(asked) == 1, "a second lookup thread started while the first hung"
+    answer.set()
+    later = _write_n(writer, 3)
+    assert writer.flush(timeout=20)
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 3 and sorted(server.accepted_ids()) == later
+    assert not set(first) & set(server.received_ids())
