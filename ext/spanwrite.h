@@ -229,6 +229,11 @@ int write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn 
 int map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos);
 int map_end_lenient(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count);
 
+/* A map whose count is known only once it is written (lenient mode, default
+ * tags): a 5-byte placeholder that map_end_lenient() rewrites.  `max_count`,
+ * the most entries it can get, is checked against the format's limit. */
+int map_begin_uncounted(SpanWriter *w, Py_ssize_t max_count, Py_ssize_t *header_pos);
+
 /* Write a map header: exact when `count` is final, or (lenient mode, where
  * entries may be dropped) a 5-byte placeholder fixed by map_end(). */
 static SP_ALWAYS_INLINE int
@@ -313,6 +318,23 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
     }
     return write_dict_entries_checked(w, dict, field, write_entry, written);
 }
+
+/* ---- default tags (DefaultTagMap, tracewrite.h) ---- */
+
+/* The span's own entry `key` of a map with default tags was written: when
+ * it is one of the defaults, that default is not written for this span.
+ * Compared as written (a bytes key, a str subclass or a cut key counts as
+ * the text it is written as).  Runs no Python code (only str are made). */
+int default_note(SpanWriter *w, const DefaultTagMap *defaults, const char *field, PyObject *key);
+
+/* The entries of a tag map with default tags, the map's header left to the
+ * caller (map_begin_uncounted): the span's own entries (`dict`, through
+ * `write_own`, which writes one with `write_default` and then calls
+ * default_note), then each default the span lacks, in the order given.
+ * *written: the entries written. */
+int write_tags_with_defaults(SpanWriter *w, PyObject *dict, const char *field,
+                             const DefaultTagMap *defaults, EntryWriter write_own,
+                             EntryWriter write_default, Py_ssize_t *written);
 
 /* Absent, None or an empty list: a links/events field with nothing to convert. */
 static inline int
