@@ -191,6 +191,32 @@ v05_write_metric_entry_noted_into_part(SpanWriter *w, PyObject *key, PyObject *v
     return default_note(w, w->default_metrics, "metrics", key);
 }
 
+/* A default tag the span lacks (the span's own maps' entry writers above are
+ * each used in one place only, their map's loop, into which they are inlined). */
+static int
+v05_write_default_meta_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_meta_entry(w, key, value, 1);
+}
+
+static int
+v05_write_default_meta_into_part(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_meta_entry(w, key, value, 0);
+}
+
+static int
+v05_write_default_metric_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_metric_entry(w, key, value, 1);
+}
+
+static int
+v05_write_default_metric_into_part(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_metric_entry(w, key, value, 0);
+}
+
 /* The meta or metrics entries with default tags, behind a header fixed by
  * map_end_lenient (their count is known only once they are written). */
 static SP_NOINLINE int
@@ -202,13 +228,14 @@ v05_write_tags_with_defaults(SpanWriter *w, PyObject *tags, int metrics, Py_ssiz
     if (metrics) {
         own = into_payload ? v05_write_metric_entry_noted_into_payload
                            : v05_write_metric_entry_noted_into_part;
-        plain = into_payload ? v05_write_metric_entry_into_payload
-                             : v05_write_metric_entry_into_part;
+        plain = into_payload ? v05_write_default_metric_into_payload
+                             : v05_write_default_metric_into_part;
     }
     else {
         own = into_payload ? v05_write_meta_entry_noted_into_payload
                            : v05_write_meta_entry_noted_into_part;
-        plain = into_payload ? v05_write_meta_entry_into_payload : v05_write_meta_entry_into_part;
+        plain = into_payload ? v05_write_default_meta_into_payload
+                             : v05_write_default_meta_into_part;
     }
     if (map_begin_uncounted(w, max_count + defaults->count, header_pos) < 0) {
         return -1;

@@ -106,7 +106,7 @@ _HEADER_FIELDS = {
 }
 # v1.0 payload fields that v0.4/v0.5 payloads carry as a meta tag on every
 # span (default tags), under the key the agent reads each from when a payload
-# has no such field: the root span's (docs/wire-format.md, "v1.0 payload
+# has no such field: the root span's (docs/wire-format.md, "The v1.0 payload
 # fields in v0.4/v0.5 payloads").
 _CARRIED_FIELDS = {
     "hostname": "_dd.hostname",
