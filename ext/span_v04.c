@@ -134,8 +134,8 @@ v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
     return v04_write_text_probing(w, value, field, key, allow_none, OFTEN_REPEATED);
 }
 
-static SP_ALWAYS_INLINE int
-v04_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
+static int
+v04_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     if (check_tag_key(w, "meta", key) < 0) {
         return -1;
@@ -149,8 +149,8 @@ v04_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return v04_write_text_probing(w, value, "meta", key, 0, MAYBE_REPEATED);
 }
 
-static SP_ALWAYS_INLINE int
-v04_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
+static int
+v04_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     if (check_tag_key(w, "metrics", key) < 0) {
         return -1;
@@ -161,27 +161,12 @@ v04_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return write_metric_value(w, key, value);
 }
 
-/* The entry writers of the span's own maps.  Each is used in one place only
- * (its map's loop, into which it is inlined); the default tags have their
- * own, below. */
-static int
-v04_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
-{
-    return v04_meta_entry(w, key, value);
-}
-
-static int
-v04_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
-{
-    return v04_metric_entry(w, key, value);
-}
-
 /* A span's own entry where there are default tags: noted, so that the
  * default of the same key is not written too. */
 static int
 v04_write_meta_entry_noted(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (v04_meta_entry(w, key, value) < 0) {
+    if (v04_write_meta_entry(w, key, value) < 0) {
         return -1;
     }
     return default_note(w, w->default_meta, "meta", key);
@@ -190,23 +175,10 @@ v04_write_meta_entry_noted(SpanWriter *w, PyObject *key, PyObject *value)
 static int
 v04_write_metric_entry_noted(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (v04_metric_entry(w, key, value) < 0) {
+    if (v04_write_metric_entry(w, key, value) < 0) {
         return -1;
     }
     return default_note(w, w->default_metrics, "metrics", key);
-}
-
-/* A default tag the span lacks. */
-static int
-v04_write_default_meta(SpanWriter *w, PyObject *key, PyObject *value)
-{
-    return v04_meta_entry(w, key, value);
-}
-
-static int
-v04_write_default_metric(SpanWriter *w, PyObject *key, PyObject *value)
-{
-    return v04_metric_entry(w, key, value);
 }
 
 /* The meta entries with default tags: their count is known only once they
@@ -219,7 +191,7 @@ v04_write_meta_with_defaults(SpanWriter *w, PyObject *meta, Py_ssize_t max_count
         return -1;
     }
     return write_tags_with_defaults(w, meta, "meta", w->default_meta, v04_write_meta_entry_noted,
-                                    v04_write_default_meta, written);
+                                    v04_write_meta_entry, written);
 }
 
 static int
@@ -286,7 +258,7 @@ v04_write_metrics_with_defaults(SpanWriter *w, PyObject *metrics)
     if (WRITE_KEY(w, KEY_METRICS) < 0 ||
         map_begin_uncounted(w, size + w->default_metrics->count, &header_pos) < 0 ||
         write_tags_with_defaults(w, metrics, "metrics", w->default_metrics,
-                                 v04_write_metric_entry_noted, v04_write_default_metric,
+                                 v04_write_metric_entry_noted, v04_write_metric_entry,
                                  &written) < 0) {
         return -1;
     }

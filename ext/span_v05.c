@@ -326,7 +326,7 @@ v05_drop_meta_struct(SpanWriter *w, PyObject *meta_struct)
 }
 
 static SP_ALWAYS_INLINE int
-v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
+v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload, int with_defaults)
 {
     SpanValues v;
     PyObject *links_text = NULL, *events_text = NULL;
@@ -396,7 +396,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
     Py_ssize_t extras =
         add_trace_id_high + has_origin + (links_text != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
-    if (SP_UNLIKELY(w->default_meta != NULL)) {
+    if (with_defaults && w->default_meta != NULL) {
         if (v05_write_tags_with_defaults(w, meta, 0, meta_size + extras, into_payload, &header_pos,
                                          &written) < 0) {
             goto done;
@@ -433,13 +433,13 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
                                                     "events", into_payload) < 0) {
         goto done;
     }
-    if ((w->default_meta != NULL ? map_end_lenient(w, header_pos, written + extras)
+    if ((with_defaults && w->default_meta != NULL ? map_end_lenient(w, header_pos, written + extras)
                                  : map_end(w, header_pos, written + extras)) < 0) {
         goto done;
     }
 
     Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
-    if (SP_UNLIKELY(w->default_metrics != NULL)) {
+    if (with_defaults && w->default_metrics != NULL) {
         if (v05_write_tags_with_defaults(w, metrics, 1, metrics_size, into_payload, &header_pos,
                                          &written) < 0 ||
             map_end_lenient(w, header_pos, written) < 0) {
@@ -468,13 +468,27 @@ done:
 static int
 v05_write_span_into_payload(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
-    return v05_write_span(w, span, info, 1);
+    return v05_write_span(w, span, info, 1, 0);
 }
 
 static int
 v05_write_span_into_part(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
-    return v05_write_span(w, span, info, 0);
+    return v05_write_span(w, span, info, 0, 0);
+}
+
+/* With default tags: copies of their own, so that the two above never test
+ * for them. */
+static SP_NOINLINE int
+v05_write_span_with_defaults_into_payload(SpanWriter *w, PyObject *span, TraceInfo *info)
+{
+    return v05_write_span(w, span, info, 1, 1);
+}
+
+static SP_NOINLINE int
+v05_write_span_with_defaults_into_part(SpanWriter *w, PyObject *span, TraceInfo *info)
+{
+    return v05_write_span(w, span, info, 0, 1);
 }
 
 /* The origin enters the table before any span's strings, as in the
@@ -493,6 +507,13 @@ v05_start_trace(SpanWriter *w, TraceInfo *info)
 int
 v05_write_trace(SpanWriter *w, PyObject *trace)
 {
-    return write_trace(w, trace, v05_start_trace,
-                       w->holes == NULL ? v05_write_span_into_payload : v05_write_span_into_part);
+    SpanWriteFn write_span;
+    if (w->default_meta != NULL || w->default_metrics != NULL) {
+        write_span = w->holes == NULL ? v05_write_span_with_defaults_into_payload
+                                      : v05_write_span_with_defaults_into_part;
+    }
+    else {
+        write_span = w->holes == NULL ? v05_write_span_into_payload : v05_write_span_into_part;
+    }
+    return write_trace(w, trace, v05_start_trace, write_span);
 }

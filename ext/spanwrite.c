@@ -887,6 +887,22 @@ raise_not_span(SpanWriter *w, PyObject *span)
     return -1;
 }
 
+/* The flags of default_note, one per default tag of the larger map. */
+static SP_NOINLINE int
+default_seen_alloc(SpanWriter *w)
+{
+    Py_ssize_t flags = w->default_meta != NULL ? w->default_meta->count : 0;
+    if (w->default_metrics != NULL && w->default_metrics->count > flags) {
+        flags = w->default_metrics->count;
+    }
+    w->default_seen = PyMem_Malloc((size_t)flags);
+    if (w->default_seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 int
 write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span)
 {
@@ -913,16 +929,8 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     if (start != NULL) {
         result = start(w, &info);
     }
-    if (result == 0 && (w->default_meta != NULL || w->default_metrics != NULL)) {
-        Py_ssize_t flags = w->default_meta != NULL ? w->default_meta->count : 0;
-        if (w->default_metrics != NULL && w->default_metrics->count > flags) {
-            flags = w->default_metrics->count;
-        }
-        w->default_seen = PyMem_Malloc((size_t)flags);
-        if (w->default_seen == NULL) {
-            PyErr_NoMemory();
-            result = -1;
-        }
+    if (result == 0 && SP_UNLIKELY(w->default_meta != NULL || w->default_metrics != NULL)) {
+        result = default_seen_alloc(w);
     }
     for (Py_ssize_t i = 0; i < count && result == 0; i++) {
         /* Span code may resize the trace list while we read it. */
@@ -960,8 +968,10 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
         Py_DECREF(span);
     }
     trace_info_release(&info);
-    PyMem_Free(w->default_seen);
-    w->default_seen = NULL;
+    if (w->default_seen != NULL) {
+        PyMem_Free(w->default_seen);
+        w->default_seen = NULL;
+    }
     cut_keys_clear(w);
     PyMem_Free(w->cut_keys);
     w->cut_keys = NULL;

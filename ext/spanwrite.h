@@ -265,20 +265,6 @@ typedef int (*EntryWriter)(SpanWriter *w, PyObject *key, PyObject *value);
 int write_dict_entries_checked(SpanWriter *w, PyObject *dict, const char *field,
                                EntryWriter write_entry, Py_ssize_t *written);
 
-/* How far ahead write_dict_entries starts loading entries. */
-#define ENTRY_PREFETCH_DISTANCE 4
-
-/* Start loading an entry's objects (a hint: they are not dereferenced). */
-static inline void
-prefetch_entry(SpanWriter *w, const PyObject *key, const PyObject *value)
-{
-    SP_PREFETCH(value);
-    if (w->cache != NULL) {
-        strcache_prefetch(w->cache, key, 1);   /* tag keys repeat */
-        strcache_prefetch(w->cache, value, 0); /* values often do not */
-    }
-}
-
 static SP_ALWAYS_INLINE int
 write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
                    int runs_python, Py_ssize_t *written)
@@ -295,12 +281,7 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
         *written = PyDict_GET_SIZE(dict);
         if (pydict_entries(&w->state->fast_paths, dict, &entries)) {
             PyObject *const *entry = entries.keys;
-            PyObject *const *ahead = entry + ENTRY_PREFETCH_DISTANCE * entries.stride;
             for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
-                if (i + ENTRY_PREFETCH_DISTANCE < entries.count) {
-                    prefetch_entry(w, ahead[0], ahead[1]);
-                    ahead += entries.stride;
-                }
                 if (entry[1] != NULL && write_entry(w, entry[0], entry[1]) < 0) {
                     return -1;
                 }
