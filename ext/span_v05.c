@@ -234,8 +234,8 @@ v05_write_tags_with_defaults(SpanWriter *w, PyObject *tags, int metrics, Py_ssiz
     else {
         own = into_payload ? v05_write_meta_entry_noted_into_payload
                            : v05_write_meta_entry_noted_into_part;
-        plain = into_payload ? v05_write_default_meta_into_payload
-                             : v05_write_default_meta_into_part;
+        plain =
+            into_payload ? v05_write_default_meta_into_payload : v05_write_default_meta_into_part;
     }
     if (map_begin_uncounted(w, max_count + defaults->count, header_pos) < 0) {
         return -1;
@@ -434,7 +434,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload,
         goto done;
     }
     if ((with_defaults && w->default_meta != NULL ? map_end_lenient(w, header_pos, written + extras)
-                                 : map_end(w, header_pos, written + extras)) < 0) {
+                                                  : map_end(w, header_pos, written + extras)) < 0) {
         goto done;
     }
 

@@ -1000,11 +1000,33 @@ raise_trace_id_not_int(SpanWriter *w, PyObject *trace_id)
 /* ---------------------------------------------------------------------------
  * Default tags */
 
+/* Up to this many defaults, default_note compares a key with each. */
+#define DEFAULT_NOTE_SCAN 8
+
 int
 default_note(SpanWriter *w, const DefaultTagMap *defaults, const char *field, PyObject *key)
 {
     PyObject *text = key;
-    if (!(PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN)) {
+    int whole = PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN;
+    if (whole && !((defaults->key_lengths >> (PyUnicode_GET_LENGTH(key) & 63)) & 1)) {
+        return 0; /* written as it is, and no default key has its length */
+    }
+    if (whole && defaults->count <= DEFAULT_NOTE_SCAN) {
+        /* A few defaults: compared in place, cheaper than a lookup. */
+        Py_ssize_t length = PyUnicode_GET_LENGTH(key);
+        int kind = PyUnicode_KIND(key);
+        for (Py_ssize_t i = 0; i < defaults->count; i++) {
+            PyObject *known = PyTuple_GET_ITEM(defaults->keys, i);
+            if (known == key ||
+                (PyUnicode_GET_LENGTH(known) == length && PyUnicode_KIND(known) == kind &&
+                 memcmp(PyUnicode_DATA(known), PyUnicode_DATA(key), (size_t)(length * kind)) == 0)) {
+                w->default_seen[i] = 1;
+                break;
+            }
+        }
+        return 0;
+    }
+    if (!whole) {
         /* Written before, so its text is valid: only a MemoryError can fail. */
         text = key_as_written(w, field, key);
         if (text == NULL) {
@@ -1064,8 +1086,8 @@ default_text(PyObject *value, const char *option, PyObject *key, const char *wha
         return NULL;
     }
     PyObject *text = PyUnicode_GET_LENGTH(value) > MAX_TEXT_LEN ? truncated_str(value)
-                     : PyUnicode_CheckExact(value)               ? Py_NewRef(value)
-                                                                 : PyUnicode_FromObject(value);
+                     : PyUnicode_CheckExact(value)              ? Py_NewRef(value)
+                                                                : PyUnicode_FromObject(value);
     if (text == NULL) {
         return NULL;
     }
@@ -1135,8 +1157,8 @@ default_tag_map_init(DefaultTagMap *map, PyObject *mapping, const char *option, 
     if (items == NULL) {
         if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
             PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s must be a mapping of str to %s, not %.200s",
-                         option, metrics ? "int or float" : "str", Py_TYPE(mapping)->tp_name);
+            PyErr_Format(PyExc_TypeError, "%s must be a mapping of str to %s, not %.200s", option,
+                         metrics ? "int or float" : "str", Py_TYPE(mapping)->tp_name);
         }
         goto error;
     }
@@ -1164,6 +1186,7 @@ default_tag_map_init(DefaultTagMap *map, PyObject *mapping, const char *option, 
             goto error;
         }
         PyTuple_SET_ITEM(map->keys, i, written_key);
+        map->key_lengths |= (uint64_t)1 << (PyUnicode_GET_LENGTH(written_key) & 63);
         for (size_t r = 0; !metrics && r < Py_ARRAY_LENGTH(default_meta_refused_keys); r++) {
             if (PyUnicode_CompareWithASCIIString(written_key, default_meta_refused_keys[r]) == 0) {
                 PyErr_Format(PyExc_ValueError,
@@ -1183,8 +1206,8 @@ default_tag_map_init(DefaultTagMap *map, PyObject *mapping, const char *option, 
             }
             goto error;
         }
-        PyObject *written_value =
-            metrics ? default_metric(value, option, key) : default_text(value, option, key, "values");
+        PyObject *written_value = metrics ? default_metric(value, option, key)
+                                          : default_text(value, option, key, "values");
         if (written_value == NULL) {
             goto error;
         }

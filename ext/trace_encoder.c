@@ -231,9 +231,10 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static int
 trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"version",          "fields",       "max_size",        "max_item_size",
-                               "max_payload_size", "lenient",      "intern",          "native_span_events",
-                               "default_meta",     "default_metrics", "_preamble",    NULL};
+    static char *keywords[] = {
+        "version",          "fields",          "max_size",  "max_item_size",
+        "max_payload_size", "lenient",         "intern",    "native_span_events",
+        "default_meta",     "default_metrics", "_preamble", NULL};
     const char *version = "v0.4";
     PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL, *max_payload_size = NULL;
     PyObject *default_meta = Py_None, *default_metrics = Py_None, *preamble = Py_None;
@@ -348,8 +349,9 @@ trace_encoder_traverse(TraceEncoderObject *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->sealed);
     Py_VISIT(self->preamble);
-    if (default_tags_traverse(&self->default_tags, visit, arg) != 0) {
-        return -1;
+    int visited = default_tags_traverse(&self->default_tags, visit, arg);
+    if (visited != 0) {
+        return visited;
     }
     return spanfields_traverse(&self->reader, visit, arg);
 }
@@ -827,7 +829,8 @@ static PyMethodDef trace_encoder_methods[] = {
 static PyType_Slot trace_encoder_slots[] = {
     {Py_tp_doc, "TraceEncoder(version='v0.4', fields=None, *, max_size=None, "
                 "max_item_size=None, max_payload_size=None, lenient=False, intern=True, "
-                "native_span_events=False, default_meta=None, default_metrics=None)\n--\n\nC core of spanpack.TraceMsgPackEncoder "
+                "native_span_events=False, default_meta=None, default_metrics=None)\n--\n\nC core "
+                "of spanpack.TraceMsgPackEncoder "
                 "(max_size None: 20 MiB; max_item_size None: max_size)."},
     {Py_tp_new, trace_encoder_new},
     {Py_tp_init, trace_encoder_init},

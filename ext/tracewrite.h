@@ -21,6 +21,9 @@ typedef struct {
     PyObject *keys;   /* tuple */
     PyObject *values; /* tuple, in the order of keys */
     PyObject *index;  /* dict: each key -> its position (an int) */
+    /* Bit (length % 64) set for the length of each key: most span keys are
+     * ruled out by their length alone, without a lookup. */
+    uint64_t key_lengths;
 } DefaultTagMap;
 
 typedef struct {
