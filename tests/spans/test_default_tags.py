@@ -373,3 +373,43 @@ def test_buffer_limits_count_the_defaults(version):
     with pytest.raises(BufferFull):
         short.put(traces[-1])
     assert len(short) == len(traces) - 1
+
+
+class HookedSpan:
+    """A span object whose `resource` runs a hook (once) before it is read."""
+
+    def __init__(self, hook, **fields):
+        self.__dict__.update(fields)
+        self._hook = hook
+
+    @property
+    def resource(self):
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            hook()
+        return self.__dict__["_resource"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("at", [0, 2])
+def test_put_from_span_code_mid_trace_with_defaults(version, at):
+    """Span code that put()s another trace into the same encoder while a
+    trace with default tags is being encoded: both come out as their
+    setdefault reference, in the order they were accepted (v0.5: the join
+    then rewrites the outer trace's string references)."""
+    before = [[span(s + 1, trace_id=500 + t, meta={"b%d" % t: "x"}) for s in range(2)] for t in range(2)]
+    inner = [span(1, trace_id=600, meta={"env": "inner", "fresh": "y"})]
+    outer_fields = [span(s + 1, trace_id=700, meta={"o%d" % s: "z"}) for s in range(3)]
+    made = encoder(version)
+    for trace in before:
+        made.put(trace)
+    outer = []
+    for s, fields in enumerate(outer_fields):
+        fields = dict(fields)
+        fields["_resource"] = fields.pop("resource")
+        outer.append(HookedSpan((lambda: made.put(inner)) if s == at else None, **fields))
+    made.put(outer)
+    expected = reference_payload(version, before + [inner, outer_fields], DEFAULT_META, DEFAULT_METRICS)
+    (payload, count), = made.encode()
+    assert count == 4
+    assert payload == expected, describe_difference(expected, payload)
