@@ -161,6 +161,39 @@ v04_write_metric_entry(SpanWriter *w, PyObject *key, PyObject *value)
     return write_metric_value(w, key, value);
 }
 
+/* A span's own entry where there are default tags: noted, so that the
+ * default of the same key is not written too. */
+static int
+v04_write_meta_entry_noted(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (v04_write_meta_entry(w, key, value) < 0) {
+        return -1;
+    }
+    return default_note(w, w->default_meta, "meta", key);
+}
+
+static int
+v04_write_metric_entry_noted(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (v04_write_metric_entry(w, key, value) < 0) {
+        return -1;
+    }
+    return default_note(w, w->default_metrics, "metrics", key);
+}
+
+/* The meta entries with default tags: their count is known only once they
+ * are written. */
+static SP_NOINLINE int
+v04_write_meta_with_defaults(SpanWriter *w, PyObject *meta, Py_ssize_t max_count,
+                             Py_ssize_t *header_pos, Py_ssize_t *written)
+{
+    if (map_begin_uncounted(w, max_count + w->default_meta->count, header_pos) < 0) {
+        return -1;
+    }
+    return write_tags_with_defaults(w, meta, "meta", w->default_meta, v04_write_meta_entry_noted,
+                                    v04_write_meta_entry, written);
+}
+
 static int
 v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_trace_id_high,
                PyObject *events_text)
@@ -168,8 +201,17 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
     Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
     Py_ssize_t extras = add_trace_id_high + (info->origin != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
-    if (WRITE_KEY(w, KEY_META) < 0 || map_begin(w, meta_size + extras, &header_pos) < 0 ||
-        write_dict_entries(w, meta, "meta", v04_write_meta_entry, 0, &written) < 0) {
+    int with_defaults = w->default_meta != NULL;
+    if (WRITE_KEY(w, KEY_META) < 0) {
+        return -1;
+    }
+    if (SP_UNLIKELY(with_defaults)) {
+        if (v04_write_meta_with_defaults(w, meta, meta_size + extras, &header_pos, &written) < 0) {
+            return -1;
+        }
+    }
+    else if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
+             write_dict_entries(w, meta, "meta", v04_write_meta_entry, 0, &written) < 0) {
         return -1;
     }
     if (add_trace_id_high) {
@@ -202,12 +244,33 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
             return -1;
         }
     }
+    if (SP_UNLIKELY(with_defaults)) {
+        return map_end_lenient(w, header_pos, written + extras);
+    }
     return map_end(w, header_pos, written + extras);
+}
+
+static SP_NOINLINE int
+v04_write_metrics_with_defaults(SpanWriter *w, PyObject *metrics)
+{
+    Py_ssize_t size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
+    Py_ssize_t header_pos, written;
+    if (WRITE_KEY(w, KEY_METRICS) < 0 ||
+        map_begin_uncounted(w, size + w->default_metrics->count, &header_pos) < 0 ||
+        write_tags_with_defaults(w, metrics, "metrics", w->default_metrics,
+                                 v04_write_metric_entry_noted, v04_write_metric_entry,
+                                 &written) < 0) {
+        return -1;
+    }
+    return map_end_lenient(w, header_pos, written);
 }
 
 static int
 v04_write_metrics(SpanWriter *w, PyObject *metrics)
 {
+    if (SP_UNLIKELY(w->default_metrics != NULL)) {
+        return v04_write_metrics_with_defaults(w, metrics);
+    }
     Py_ssize_t header_pos, written;
     if (WRITE_KEY(w, KEY_METRICS) < 0 || map_begin(w, PyDict_GET_SIZE(metrics), &header_pos) < 0 ||
         write_dict_entries(w, metrics, "metrics", v04_write_metric_entry, 0, &written) < 0) {
@@ -331,7 +394,8 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int has_type = span_type != NULL && span_type != Py_None;
     int has_links = links_count > 0;
     int native_events = events_count > 0 && w->native_span_events;
-    int has_metrics = metrics != NULL && metrics != Py_None && PyDict_GET_SIZE(metrics) > 0;
+    int has_metrics = (metrics != NULL && metrics != Py_None && PyDict_GET_SIZE(metrics) > 0) ||
+                      w->default_metrics != NULL;
     int has_meta_struct =
         meta_struct != NULL && meta_struct != Py_None && PyDict_GET_SIZE(meta_struct) > 0;
     int add_trace_id_high = 0;
@@ -346,7 +410,8 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         }
     }
     int has_meta = (meta != NULL && meta != Py_None && PyDict_GET_SIZE(meta) > 0) ||
-                   info->origin != NULL || events_text != NULL || add_trace_id_high;
+                   info->origin != NULL || events_text != NULL || add_trace_id_high ||
+                   w->default_meta != NULL;
 
     uint32_t key_count = 7 + has_parent + has_error + has_type + has_links + native_events +
                          has_meta + has_meta_struct + has_metrics;

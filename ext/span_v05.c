@@ -153,6 +153,97 @@ v05_write_metric_entry_into_part(SpanWriter *w, PyObject *key, PyObject *value)
     return v05_write_metric_entry(w, key, value, 0);
 }
 
+/* A span's own entry where there are default tags: noted, so that the
+ * default of the same key is not written too. */
+static int
+v05_write_meta_entry_noted_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (v05_write_meta_entry(w, key, value, 1) < 0) {
+        return -1;
+    }
+    return default_note(w, w->default_meta, "meta", key);
+}
+
+static int
+v05_write_meta_entry_noted_into_part(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (v05_write_meta_entry(w, key, value, 0) < 0) {
+        return -1;
+    }
+    return default_note(w, w->default_meta, "meta", key);
+}
+
+static int
+v05_write_metric_entry_noted_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (v05_write_metric_entry(w, key, value, 1) < 0) {
+        return -1;
+    }
+    return default_note(w, w->default_metrics, "metrics", key);
+}
+
+static int
+v05_write_metric_entry_noted_into_part(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    if (v05_write_metric_entry(w, key, value, 0) < 0) {
+        return -1;
+    }
+    return default_note(w, w->default_metrics, "metrics", key);
+}
+
+/* A default tag the span lacks (the span's own maps' entry writers above are
+ * each used in one place only, their map's loop, into which they are inlined). */
+static int
+v05_write_default_meta_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_meta_entry(w, key, value, 1);
+}
+
+static int
+v05_write_default_meta_into_part(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_meta_entry(w, key, value, 0);
+}
+
+static int
+v05_write_default_metric_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_metric_entry(w, key, value, 1);
+}
+
+static int
+v05_write_default_metric_into_part(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    return v05_write_metric_entry(w, key, value, 0);
+}
+
+/* The meta or metrics entries with default tags, behind a header fixed by
+ * map_end_lenient (their count is known only once they are written). */
+static SP_NOINLINE int
+v05_write_tags_with_defaults(SpanWriter *w, PyObject *tags, int metrics, Py_ssize_t max_count,
+                             int into_payload, Py_ssize_t *header_pos, Py_ssize_t *written)
+{
+    const DefaultTagMap *defaults = metrics ? w->default_metrics : w->default_meta;
+    EntryWriter own, plain;
+    if (metrics) {
+        own = into_payload ? v05_write_metric_entry_noted_into_payload
+                           : v05_write_metric_entry_noted_into_part;
+        plain = into_payload ? v05_write_default_metric_into_payload
+                             : v05_write_default_metric_into_part;
+    }
+    else {
+        own = into_payload ? v05_write_meta_entry_noted_into_payload
+                           : v05_write_meta_entry_noted_into_part;
+        plain =
+            into_payload ? v05_write_default_meta_into_payload : v05_write_default_meta_into_part;
+    }
+    if (map_begin_uncounted(w, max_count + defaults->count, header_pos) < 0) {
+        return -1;
+    }
+    return write_tags_with_defaults(w, tags, metrics ? "metrics" : "meta", defaults, own, plain,
+                                    written);
+}
+
 /* Not an int, or an int beyond 64 bits (clamping those would send a time
  * the span never had). */
 /* The error field: an int that fits in 32 bits (None is 0). */
@@ -235,7 +326,7 @@ v05_drop_meta_struct(SpanWriter *w, PyObject *meta_struct)
 }
 
 static SP_ALWAYS_INLINE int
-v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
+v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload, int with_defaults)
 {
     SpanValues v;
     PyObject *links_text = NULL, *events_text = NULL;
@@ -305,11 +396,17 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
     Py_ssize_t extras =
         add_trace_id_high + has_origin + (links_text != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
-    if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
-        write_dict_entries(w, meta, "meta",
-                           into_payload ? v05_write_meta_entry_into_payload
-                                        : v05_write_meta_entry_into_part,
-                           0, &written) < 0) {
+    if (with_defaults && w->default_meta != NULL) {
+        if (v05_write_tags_with_defaults(w, meta, 0, meta_size + extras, into_payload, &header_pos,
+                                         &written) < 0) {
+            goto done;
+        }
+    }
+    else if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
+             write_dict_entries(w, meta, "meta",
+                                into_payload ? v05_write_meta_entry_into_payload
+                                             : v05_write_meta_entry_into_part,
+                                0, &written) < 0) {
         goto done;
     }
     if (add_trace_id_high) {
@@ -336,17 +433,25 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload)
                                                     "events", into_payload) < 0) {
         goto done;
     }
-    if (map_end(w, header_pos, written + extras) < 0) {
+    if ((with_defaults && w->default_meta != NULL ? map_end_lenient(w, header_pos, written + extras)
+                                                  : map_end(w, header_pos, written + extras)) < 0) {
         goto done;
     }
 
     Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
-    if (map_begin(w, metrics_size, &header_pos) < 0 ||
-        write_dict_entries(w, metrics, "metrics",
-                           into_payload ? v05_write_metric_entry_into_payload
-                                        : v05_write_metric_entry_into_part,
-                           0, &written) < 0 ||
-        map_end(w, header_pos, written) < 0) {
+    if (with_defaults && w->default_metrics != NULL) {
+        if (v05_write_tags_with_defaults(w, metrics, 1, metrics_size, into_payload, &header_pos,
+                                         &written) < 0 ||
+            map_end_lenient(w, header_pos, written) < 0) {
+            goto done;
+        }
+    }
+    else if (map_begin(w, metrics_size, &header_pos) < 0 ||
+             write_dict_entries(w, metrics, "metrics",
+                                into_payload ? v05_write_metric_entry_into_payload
+                                             : v05_write_metric_entry_into_part,
+                                0, &written) < 0 ||
+             map_end(w, header_pos, written) < 0) {
         goto done;
     }
     if (v05_write_text(w, v.value[SF_SPAN_TYPE], "span_type", NULL, into_payload) < 0) {
@@ -363,13 +468,27 @@ done:
 static int
 v05_write_span_into_payload(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
-    return v05_write_span(w, span, info, 1);
+    return v05_write_span(w, span, info, 1, 0);
 }
 
 static int
 v05_write_span_into_part(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
-    return v05_write_span(w, span, info, 0);
+    return v05_write_span(w, span, info, 0, 0);
+}
+
+/* With default tags: copies of their own, so that the two above never test
+ * for them. */
+static SP_NOINLINE int
+v05_write_span_with_defaults_into_payload(SpanWriter *w, PyObject *span, TraceInfo *info)
+{
+    return v05_write_span(w, span, info, 1, 1);
+}
+
+static SP_NOINLINE int
+v05_write_span_with_defaults_into_part(SpanWriter *w, PyObject *span, TraceInfo *info)
+{
+    return v05_write_span(w, span, info, 0, 1);
 }
 
 /* The origin enters the table before any span's strings, as in the
@@ -388,6 +507,13 @@ v05_start_trace(SpanWriter *w, TraceInfo *info)
 int
 v05_write_trace(SpanWriter *w, PyObject *trace)
 {
-    return write_trace(w, trace, v05_start_trace,
-                       w->holes == NULL ? v05_write_span_into_payload : v05_write_span_into_part);
+    SpanWriteFn write_span;
+    if (w->default_meta != NULL || w->default_metrics != NULL) {
+        write_span = w->holes == NULL ? v05_write_span_with_defaults_into_payload
+                                      : v05_write_span_with_defaults_into_part;
+    }
+    else {
+        write_span = w->holes == NULL ? v05_write_span_into_payload : v05_write_span_into_part;
+    }
+    return write_trace(w, trace, v05_start_trace, write_span);
 }

@@ -685,8 +685,26 @@ check_trace(SpanWriter *w, PyObject *trace)
  * Maps */
 
 int
+map_begin_uncounted(SpanWriter *w, Py_ssize_t max_count, Py_ssize_t *header_pos)
+{
+    if (mp_check_length(max_count, "map") < 0) {
+        return span_reraise(w, "map", NULL);
+    }
+    *header_pos = outbuf_len(w->out);
+    if (outbuf_reserve(w->out, 5) < 0) {
+        return -1;
+    }
+    w->out->pos[0] = (char)MP_MAP32;
+    w->out->pos += 5;
+    return 0;
+}
+
+int
 map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
 {
+    if (w->lenient) {
+        return map_begin_uncounted(w, count, header_pos);
+    }
     if (mp_check_length(count, "map") < 0) {
         return span_reraise(w, "map", NULL);
     }
@@ -694,12 +712,7 @@ map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos)
     if (outbuf_reserve(w->out, 5) < 0) {
         return -1;
     }
-    if (!w->lenient) {
-        mp_put_map_header(w->out, (uint32_t)count);
-        return 0;
-    }
-    w->out->pos[0] = (char)MP_MAP32;
-    w->out->pos += 5;
+    mp_put_map_header(w->out, (uint32_t)count);
     return 0;
 }
 
@@ -874,6 +887,22 @@ raise_not_span(SpanWriter *w, PyObject *span)
     return -1;
 }
 
+/* The flags of default_note, one per default tag of the larger map. */
+static SP_NOINLINE int
+default_seen_alloc(SpanWriter *w)
+{
+    Py_ssize_t flags = w->default_meta != NULL ? w->default_meta->count : 0;
+    if (w->default_metrics != NULL && w->default_metrics->count > flags) {
+        flags = w->default_metrics->count;
+    }
+    w->default_seen = PyMem_Malloc((size_t)flags);
+    if (w->default_seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 int
 write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span)
 {
@@ -899,6 +928,9 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     }
     if (start != NULL) {
         result = start(w, &info);
+    }
+    if (result == 0 && SP_UNLIKELY(w->default_meta != NULL || w->default_metrics != NULL)) {
+        result = default_seen_alloc(w);
     }
     for (Py_ssize_t i = 0; i < count && result == 0; i++) {
         /* Span code may resize the trace list while we read it. */
@@ -936,6 +968,10 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
         Py_DECREF(span);
     }
     trace_info_release(&info);
+    if (w->default_seen != NULL) {
+        PyMem_Free(w->default_seen);
+        w->default_seen = NULL;
+    }
     cut_keys_clear(w);
     PyMem_Free(w->cut_keys);
     w->cut_keys = NULL;
@@ -959,4 +995,284 @@ raise_trace_id_not_int(SpanWriter *w, PyObject *trace_id)
 {
     return span_error(w, PyExc_TypeError, "trace_id", NULL, "expected int, not %.200s",
                       Py_TYPE(trace_id)->tp_name);
+}
+
+/* ---------------------------------------------------------------------------
+ * Default tags */
+
+/* Do two exact str hold the same text?  (Compared in place: no code runs.) */
+static inline int
+same_exact_str(PyObject *a, PyObject *b)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    int kind = PyUnicode_KIND(a);
+    return a == b ||
+           (PyUnicode_GET_LENGTH(b) == length && PyUnicode_KIND(b) == kind &&
+            memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * (size_t)kind) == 0);
+}
+
+/* Up to this many defaults, default_note compares a key with each. */
+#define DEFAULT_NOTE_SCAN 8
+
+int
+default_note(SpanWriter *w, const DefaultTagMap *defaults, const char *field, PyObject *key)
+{
+    PyObject *text = key;
+    int whole = PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN;
+    if (whole && !((defaults->key_lengths >> (PyUnicode_GET_LENGTH(key) & 63)) & 1)) {
+        return 0; /* written as it is, and no default key has its length */
+    }
+    if (whole && defaults->count <= DEFAULT_NOTE_SCAN) {
+        /* A few defaults: compared in place, cheaper than a lookup. */
+        for (Py_ssize_t i = 0; i < defaults->count; i++) {
+            if (same_exact_str(PyTuple_GET_ITEM(defaults->keys, i), key)) {
+                w->default_seen[i] = 1;
+                break;
+            }
+        }
+        return 0;
+    }
+    if (!whole) {
+        /* Written before, so its text is valid: only a MemoryError can fail. */
+        text = key_as_written(w, field, key);
+        if (text == NULL) {
+            return -1;
+        }
+    }
+    /* Exact str looked up among exact str: no Python code runs. */
+    PyObject *position = PyDict_GetItemWithError(defaults->index, text);
+    if (text != key) {
+        Py_DECREF(text); /* an exact str: no finalizer */
+    }
+    if (position == NULL) {
+        return PyErr_Occurred() ? span_reraise(w, field, key) : 0;
+    }
+    w->default_seen[PyLong_AsSsize_t(position)] = 1;
+    return 0;
+}
+
+int
+write_tags_with_defaults(SpanWriter *w, PyObject *dict, const char *field,
+                         const DefaultTagMap *defaults, EntryWriter write_own,
+                         EntryWriter write_default, Py_ssize_t *written)
+{
+    memset(w->default_seen, 0, (size_t)defaults->count);
+    if (write_dict_entries(w, dict, field, write_own, 0, written) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < defaults->count; i++) {
+        if (w->default_seen[i]) {
+            continue;
+        }
+        if (write_default(w, PyTuple_GET_ITEM(defaults->keys, i),
+                          PyTuple_GET_ITEM(defaults->values, i)) < 0) {
+            return -1;
+        }
+        (*written)++;
+    }
+    return 0;
+}
+
+/* Option checks (when the encoder is made, not per span). */
+
+/* The meta keys the writers add themselves: a default for one of them would
+ * be written beside the writer's own entry. */
+static const char *const default_meta_refused_keys[] = {ORIGIN_KEY, TRACE_ID_HIGH_KEY,
+                                                        SPAN_LINKS_KEY, SPAN_EVENTS_KEY};
+
+/* A str option value as it is written: an exact str, cut over MAX_TEXT_LEN,
+ * valid UTF-8.  New reference, or NULL with the error naming `option` and
+ * `key` (`what`: "keys" or "values"). */
+static PyObject *
+default_text(PyObject *value, const char *option, PyObject *key, const char *what)
+{
+    if (!PyUnicode_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s key %R: %s must be str, not %.200s", option, key, what,
+                     Py_TYPE(value)->tp_name);
+        return NULL;
+    }
+    PyObject *text = PyUnicode_GET_LENGTH(value) > MAX_TEXT_LEN ? truncated_str(value)
+                     : PyUnicode_CheckExact(value)              ? Py_NewRef(value)
+                                                                : PyUnicode_FromObject(value);
+    if (text == NULL) {
+        return NULL;
+    }
+    if (PyUnicode_AsUTF8AndSize(text, NULL) == NULL) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s key %R: %s must be valid text (no lone surrogate)",
+                     option, key, what);
+        Py_DECREF(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* A metric option value as it is written: an exact int within
+ * [-2**63, 2**64) or an exact float (bool refused: say 1 or 0). */
+static PyObject *
+default_metric(PyObject *value, const char *option, PyObject *key)
+{
+    if (PyFloat_Check(value)) {
+        return PyFloat_CheckExact(value) ? Py_NewRef(value)
+                                         : PyFloat_FromDouble(PyFloat_AS_DOUBLE(value));
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s key %R: values must be int or float, not %.200s", option,
+                     key, Py_TYPE(value)->tp_name);
+        return NULL;
+    }
+    int overflow;
+    long long signed_value = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (signed_value == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow == 0) {
+        return PyLong_CheckExact(value) ? Py_NewRef(value) : PyLong_FromLongLong(signed_value);
+    }
+    if (overflow > 0) {
+        unsigned long long unsigned_value = PyLong_AsUnsignedLongLong(value);
+        if (unsigned_value != (unsigned long long)-1 || !PyErr_Occurred()) {
+            return PyLong_CheckExact(value) ? Py_NewRef(value)
+                                            : PyLong_FromUnsignedLongLong(unsigned_value);
+        }
+        PyErr_Clear();
+    }
+    PyErr_Format(PyExc_ValueError, "%s key %R: %R does not fit in 64 bits", option, key, value);
+    return NULL;
+}
+
+static void
+default_tag_map_clear(DefaultTagMap *map)
+{
+    Py_CLEAR(map->keys);
+    Py_CLEAR(map->values);
+    Py_CLEAR(map->index);
+    map->count = 0;
+}
+
+/* One option: None, or a mapping (a dict, or anything with items()). */
+static int
+default_tag_map_init(DefaultTagMap *map, PyObject *mapping, const char *option, int metrics)
+{
+    PyObject *items = NULL, *position = NULL;
+    memset(map, 0, sizeof *map);
+    if (mapping == Py_None) {
+        return 0;
+    }
+    items = PyMapping_Items(mapping);
+    if (items == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be a mapping of str to %s, not %.200s", option,
+                         metrics ? "int or float" : "str", Py_TYPE(mapping)->tp_name);
+        }
+        goto error;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(items);
+    if (count == 0) {
+        Py_DECREF(items);
+        return 0;
+    }
+    map->keys = PyTuple_New(count);
+    map->values = PyTuple_New(count);
+    map->index = PyDict_New();
+    if (map->keys == NULL || map->values == NULL || map->index == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_Format(PyExc_TypeError, "%s: items() must give (key, value) pairs, not %.200s",
+                         option, Py_TYPE(item)->tp_name);
+            goto error;
+        }
+        PyObject *key = PyTuple_GET_ITEM(item, 0), *value = PyTuple_GET_ITEM(item, 1);
+        PyObject *written_key = default_text(key, option, key, "keys");
+        if (written_key == NULL) {
+            goto error;
+        }
+        PyTuple_SET_ITEM(map->keys, i, written_key);
+        map->key_lengths |= (uint64_t)1 << (PyUnicode_GET_LENGTH(written_key) & 63);
+        for (size_t r = 0; !metrics && r < Py_ARRAY_LENGTH(default_meta_refused_keys); r++) {
+            if (PyUnicode_CompareWithASCIIString(written_key, default_meta_refused_keys[r]) == 0) {
+                PyErr_Format(PyExc_ValueError,
+                             "%s key %R: the encoder writes this meta key itself "
+                             "(docs/wire-format.md, \"Default tags\")",
+                             option, key);
+                goto error;
+            }
+        }
+        int known = PyDict_Contains(map->index, written_key);
+        if (known != 0) {
+            if (known > 0) {
+                PyErr_Format(PyExc_ValueError,
+                             "%s key %R: another key is written as the same text (keys longer "
+                             "than %d characters are cut)",
+                             option, key, MAX_TEXT_LEN);
+            }
+            goto error;
+        }
+        PyObject *written_value = metrics ? default_metric(value, option, key)
+                                          : default_text(value, option, key, "values");
+        if (written_value == NULL) {
+            goto error;
+        }
+        PyTuple_SET_ITEM(map->values, i, written_value);
+        position = PyLong_FromSsize_t(i);
+        if (position == NULL || PyDict_SetItem(map->index, written_key, position) < 0) {
+            goto error;
+        }
+        Py_CLEAR(position);
+    }
+    map->count = count;
+    Py_DECREF(items);
+    return 0;
+error:
+    Py_XDECREF(position);
+    Py_XDECREF(items);
+    default_tag_map_clear(map);
+    return -1;
+}
+
+int
+default_tags_init(DefaultTags *tags, PyObject *meta, PyObject *metrics, int for_v10)
+{
+    memset(tags, 0, sizeof *tags);
+    if (for_v10 && (meta != Py_None || metrics != Py_None)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: default tags are for versions \"v0.4\" and \"v0.5\"; v1.0 carries such "
+                     "values as payload fields (hostname, env, app_version, runtime_id, "
+                     "payload_attributes)",
+                     meta != Py_None && metrics != Py_None ? "default_meta, default_metrics"
+                     : meta != Py_None                     ? "default_meta"
+                                                           : "default_metrics");
+        return -1;
+    }
+    if (default_tag_map_init(&tags->meta, meta, "default_meta", 0) < 0) {
+        return -1;
+    }
+    if (default_tag_map_init(&tags->metrics, metrics, "default_metrics", 1) < 0) {
+        default_tag_map_clear(&tags->meta);
+        return -1;
+    }
+    return 0;
+}
+
+void
+default_tags_clear(DefaultTags *tags)
+{
+    default_tag_map_clear(&tags->meta);
+    default_tag_map_clear(&tags->metrics);
+}
+
+int
+default_tags_traverse(const DefaultTags *tags, visitproc visit, void *arg)
+{
+    Py_VISIT(tags->meta.keys);
+    Py_VISIT(tags->meta.values);
+    Py_VISIT(tags->meta.index);
+    Py_VISIT(tags->metrics.keys);
+    Py_VISIT(tags->metrics.values);
+    Py_VISIT(tags->metrics.index);
+    return 0;
 }

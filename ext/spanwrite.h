@@ -229,6 +229,11 @@ int write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn 
 int map_begin_slow(SpanWriter *w, Py_ssize_t count, Py_ssize_t *header_pos);
 int map_end_lenient(SpanWriter *w, Py_ssize_t header_pos, Py_ssize_t count);
 
+/* A map whose count is known only once it is written (lenient mode, default
+ * tags): a 5-byte placeholder that map_end_lenient() rewrites.  `max_count`,
+ * the most entries it can get, is checked against the format's limit. */
+int map_begin_uncounted(SpanWriter *w, Py_ssize_t max_count, Py_ssize_t *header_pos);
+
 /* Write a map header: exact when `count` is final, or (lenient mode, where
  * entries may be dropped) a 5-byte placeholder fixed by map_end(). */
 static SP_ALWAYS_INLINE int
@@ -260,20 +265,6 @@ typedef int (*EntryWriter)(SpanWriter *w, PyObject *key, PyObject *value);
 int write_dict_entries_checked(SpanWriter *w, PyObject *dict, const char *field,
                                EntryWriter write_entry, Py_ssize_t *written);
 
-/* How far ahead write_dict_entries starts loading entries. */
-#define ENTRY_PREFETCH_DISTANCE 4
-
-/* Start loading an entry's objects (a hint: they are not dereferenced). */
-static inline void
-prefetch_entry(SpanWriter *w, const PyObject *key, const PyObject *value)
-{
-    SP_PREFETCH(value);
-    if (w->cache != NULL) {
-        strcache_prefetch(w->cache, key, 1);   /* tag keys repeat */
-        strcache_prefetch(w->cache, value, 0); /* values often do not */
-    }
-}
-
 static SP_ALWAYS_INLINE int
 write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
                    int runs_python, Py_ssize_t *written)
@@ -290,12 +281,7 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
         *written = PyDict_GET_SIZE(dict);
         if (pydict_entries(&w->state->fast_paths, dict, &entries)) {
             PyObject *const *entry = entries.keys;
-            PyObject *const *ahead = entry + ENTRY_PREFETCH_DISTANCE * entries.stride;
             for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
-                if (i + ENTRY_PREFETCH_DISTANCE < entries.count) {
-                    prefetch_entry(w, ahead[0], ahead[1]);
-                    ahead += entries.stride;
-                }
                 if (entry[1] != NULL && write_entry(w, entry[0], entry[1]) < 0) {
                     return -1;
                 }
@@ -313,6 +299,23 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
     }
     return write_dict_entries_checked(w, dict, field, write_entry, written);
 }
+
+/* ---- default tags (DefaultTagMap, tracewrite.h) ---- */
+
+/* The span's own entry `key` of a map with default tags was written: when
+ * it is one of the defaults, that default is not written for this span.
+ * Compared as written (a bytes key, a str subclass or a cut key counts as
+ * the text it is written as).  Runs no Python code (only str are made). */
+int default_note(SpanWriter *w, const DefaultTagMap *defaults, const char *field, PyObject *key);
+
+/* The entries of a tag map with default tags, the map's header left to the
+ * caller (map_begin_uncounted): the span's own entries (`dict`, through
+ * `write_own`, which writes one with `write_default` and then calls
+ * default_note), then each default the span lacks, in the order given.
+ * *written: the entries written. */
+int write_tags_with_defaults(SpanWriter *w, PyObject *dict, const char *field,
+                             const DefaultTagMap *defaults, EntryWriter write_own,
+                             EntryWriter write_default, Py_ssize_t *written);
 
 /* Absent, None or an empty list: a links/events field with nothing to convert. */
 static inline int

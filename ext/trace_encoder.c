@@ -47,6 +47,8 @@ typedef struct {
     PyObject *preamble;
     /* The last PayloadBuilder.id given to a buffered payload. */
     uint64_t payload_ids;
+    /* v0.4/v0.5: default_meta= and default_metrics= (tracewrite.h). */
+    DefaultTags default_tags;
 } TraceEncoderObject;
 
 typedef struct {
@@ -70,6 +72,7 @@ writer_init(TraceEncoderObject *self, SpanWriter *w, OutBuf *out, EncodedPart *p
     w->value_options.use_bin_type = 1;
     w->lenient = self->lenient;
     w->native_span_events = self->native_span_events;
+    default_tags_attach(w, &self->default_tags);
     w->trace_index = trace_index;
     w->out = out;
     if (self->version != 4 && part != NULL) {
@@ -229,16 +232,18 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static int
 trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"version",          "fields",  "max_size", "max_item_size",
-                               "max_payload_size", "lenient", "intern",   "native_span_events",
-                               "_preamble",        NULL};
+    static char *keywords[] = {
+        "version",          "fields",          "max_size",  "max_item_size",
+        "max_payload_size", "lenient",         "intern",    "native_span_events",
+        "default_meta",     "default_metrics", "_preamble", NULL};
     const char *version = "v0.4";
     PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL, *max_payload_size = NULL;
-    PyObject *preamble = Py_None;
+    PyObject *default_meta = Py_None, *default_metrics = Py_None, *preamble = Py_None;
     int lenient = 0, intern = 1, native_span_events = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOpppO:TraceEncoder", keywords, &version,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOpppOOO:TraceEncoder", keywords, &version,
                                      &fields, &max_size, &max_item_size, &max_payload_size,
-                                     &lenient, &intern, &native_span_events, &preamble)) {
+                                     &lenient, &intern, &native_span_events, &default_meta,
+                                     &default_metrics, &preamble)) {
         return -1;
     }
     if (self->active_encodes > 0) {
@@ -299,8 +304,12 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     }
     EncodedStrCache cache = {0};
     PyObject *sealed = NULL;
-    if ((intern && version_number == 4 && strcache_init(&cache) < 0) ||
+    DefaultTags default_tags;
+    if (default_tags_init(&default_tags, default_meta, default_metrics,
+                          version_number == V10_VERSION) < 0 ||
+        (intern && version_number == 4 && strcache_init(&cache) < 0) ||
         (sealed = PyList_New(0)) == NULL) {
+        default_tags_clear(&default_tags);
         strcache_free(&cache);
         part_free(&scratch);
         payload_free(&current);
@@ -311,7 +320,9 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
      * old reader is released last: its layouts' objects may have finalizers
      * (Python code) that use this encoder, which must find it whole. */
     SpanFieldReader old_reader = self->reader;
+    DefaultTags old_default_tags = self->default_tags;
     self->reader = reader;
+    self->default_tags = default_tags;
     payload_free(&self->current);
     self->current = current;
     part_free(&self->scratch);
@@ -329,6 +340,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     self->max_payload_size = max_payload_value;
     self->dropped_tags = 0;
     Py_XSETREF(self->preamble, preamble == Py_None ? NULL : Py_NewRef(preamble));
+    default_tags_clear(&old_default_tags);
     spanfields_clear(&old_reader);
     return 0;
 }
@@ -339,6 +351,10 @@ trace_encoder_traverse(TraceEncoderObject *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->sealed);
     Py_VISIT(self->preamble);
+    int visited = default_tags_traverse(&self->default_tags, visit, arg);
+    if (visited != 0) {
+        return visited;
+    }
     return spanfields_traverse(&self->reader, visit, arg);
 }
 
@@ -347,6 +363,7 @@ trace_encoder_clear(TraceEncoderObject *self)
 {
     Py_CLEAR(self->sealed);
     Py_CLEAR(self->preamble);
+    default_tags_clear(&self->default_tags);
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         Py_CLEAR(self->reader.layouts[i].type);
     }
@@ -813,7 +830,8 @@ static PyMethodDef trace_encoder_methods[] = {
 static PyType_Slot trace_encoder_slots[] = {
     {Py_tp_doc, "TraceEncoder(version='v0.4', fields=None, *, max_size=None, "
                 "max_item_size=None, max_payload_size=None, lenient=False, intern=True, "
-                "native_span_events=False)\n--\n\nC core of spanpack.TraceMsgPackEncoder "
+                "native_span_events=False, default_meta=None, default_metrics=None)\n--\n\nC core "
+                "of spanpack.TraceMsgPackEncoder "
                 "(max_size None: 20 MiB; max_item_size None: max_size)."},
     {Py_tp_new, trace_encoder_new},
     {Py_tp_init, trace_encoder_init},

@@ -11,6 +11,33 @@
 #include "packer.h"
 #include "spanfields.h"
 
+/* Tags every span of a v0.4/v0.5 payload gets unless it has the key itself
+ * (the encoder options default_meta= and default_metrics=; docs/wire-format.md,
+ * "Default tags").  Checked once, when the encoder is made: keys as written
+ * (exact str, cut like span keys), meta values exact str (cut), metric values
+ * exact int within 64 bits or float.  Empty when count is 0 (objects NULL). */
+typedef struct {
+    Py_ssize_t count;
+    PyObject *keys;   /* tuple */
+    PyObject *values; /* tuple, in the order of keys */
+    PyObject *index;  /* dict: each key -> its position (an int) */
+    /* Bit (length % 64) set for the length of each key: most span keys are
+     * ruled out by their length alone, without a lookup. */
+    uint64_t key_lengths;
+} DefaultTagMap;
+
+typedef struct {
+    DefaultTagMap meta;
+    DefaultTagMap metrics;
+} DefaultTags;
+
+/* Check and keep the options (None: none).  `for_v10`: refused, naming the
+ * v1.0 payload fields instead.  0, or -1 with TypeError/ValueError naming the
+ * option and key (*tags is then empty). */
+int default_tags_init(DefaultTags *tags, PyObject *meta, PyObject *metrics, int for_v10);
+void default_tags_clear(DefaultTags *tags);
+int default_tags_traverse(const DefaultTags *tags, visitproc visit, void *arg);
+
 typedef struct {
     SpanpackState *state;
     SpanFieldReader *reader;
@@ -50,7 +77,21 @@ typedef struct {
     Py_ssize_t cut_key_capacity;
     const char *cut_keys_field;
     Py_ssize_t cut_keys_span;
+    /* Default tags (NULL when there are none), and while a map is written
+     * which of them the span has itself (one flag per key, allocated by
+     * write_trace). */
+    const DefaultTagMap *default_meta;
+    const DefaultTagMap *default_metrics;
+    unsigned char *default_seen;
 } SpanWriter;
+
+/* Give the writer the encoder's default tags. */
+static inline void
+default_tags_attach(SpanWriter *w, const DefaultTags *tags)
+{
+    w->default_meta = tags->meta.count > 0 ? &tags->meta : NULL;
+    w->default_metrics = tags->metrics.count > 0 ? &tags->metrics : NULL;
+}
 
 /* One trace: an array of spans (v0.4: maps; v0.5: arrays of 12 with string
  * indexes).  0, or -1 with an exception naming the trace, span and field;

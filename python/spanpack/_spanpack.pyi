@@ -129,6 +129,9 @@ class TraceEncoder:
         lenient: bool = ...,
         intern: bool = ...,
         native_span_events: bool = ...,
+        # v0.4/v0.5 only: tags every span gets unless it has the key itself.
+        default_meta: Optional[Mapping[str, str]] = ...,
+        default_metrics: Optional[Mapping[str, Union[int, float]]] = ...,
     ) -> None: ...
     # The limits and the counter are read-only at run time.
     @property

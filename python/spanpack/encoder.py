@@ -33,8 +33,10 @@ class TraceMsgPackEncoder(TraceEncoder):
 
     ``TraceMsgPackEncoder(version="v0.4", fields=None, *, max_size=20 MiB,
     max_item_size=None, max_payload_size=None, lenient=False, intern=True,
-    native_span_events=False)``; ``version`` is ``"v0.4"``, ``"v0.5"`` or
-    ``"v1.0"``.  For v1.0 the payload fields may be given too:
+    native_span_events=False, default_meta=None, default_metrics=None)``;
+    ``version`` is ``"v0.4"``, ``"v0.5"`` or ``"v1.0"``.  v0.4 and v0.5 take
+    default tags: ``default_meta`` (str -> str) and ``default_metrics``
+    (str -> int or float) go on every span that lacks the key itself.  For v1.0 the payload fields may be given too:
     ``language_name="python"``, ``language_version`` (this interpreter's),
     ``tracer_version`` (spanpack's), ``runtime_id``, ``env``, ``hostname``,
     ``app_version``, ``container_id`` (each left out of the payload when
@@ -58,6 +60,8 @@ class TraceMsgPackEncoder(TraceEncoder):
         lenient: bool = False,
         intern: bool = True,
         native_span_events: bool = False,
+        default_meta: Optional[Mapping[str, str]] = None,
+        default_metrics: Optional[Mapping[str, float]] = None,
         language_name: Optional[str] = None,
         language_version: Optional[str] = None,
         tracer_version: Optional[str] = None,
@@ -105,6 +109,8 @@ class TraceMsgPackEncoder(TraceEncoder):
             lenient=lenient,
             intern=intern,
             native_span_events=native_span_events,
+            default_meta=default_meta,
+            default_metrics=default_metrics,
             _preamble=preamble,  # type: ignore[call-arg]  # private: kept out of the public stub
         )
 

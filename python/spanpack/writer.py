@@ -47,9 +47,19 @@ import random
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
-from ._spanpack import BufferFull, BufferItemTooLarge
+from ._spanpack import (
+    MAX_TEXT_LEN,
+    ORIGIN_KEY,
+    SPAN_EVENTS_KEY,
+    SPAN_LINKS_KEY,
+    TRACE_ID_HIGH_KEY,
+    TRUNCATED_PREFIX_LEN,
+    TRUNCATION_SUFFIX,
+    BufferFull,
+    BufferItemTooLarge,
+)
 from .encoder import TraceMsgPackEncoder, agent_versions, payload_headers
 from .transport import MAX_REPLY_SIZE, AgentConnection, RequestFailed, agent_url_from_env, parse_agent_url
 
@@ -94,9 +104,25 @@ _HEADER_FIELDS = {
     "language_version": "Datadog-Meta-Lang-Version",
     "container_id": "Datadog-Container-ID",
 }
-# v1.0 payload fields v0.4/v0.5 have no place for.
-_V10_ONLY_FIELDS = ("runtime_id", "env", "hostname", "app_version", "payload_attributes")
+# v1.0 payload fields that v0.4/v0.5 payloads carry as a meta tag on every
+# span (default tags), under the key the agent reads each from when a payload
+# has no such field: the root span's (docs/wire-format.md, "The v1.0 payload
+# fields in v0.4/v0.5 payloads").
+_CARRIED_FIELDS = {
+    "hostname": "_dd.hostname",
+    "env": "env",
+    "app_version": "version",
+    "runtime_id": "runtime-id",
+}
+# ...and payload_attributes: str values as meta tags, numbers (bools as 1/0)
+# as metrics, as the APM test agent puts a v1.0 payload's attributes on every span.
+_ATTRIBUTES = "payload_attributes"
+_V10_ONLY_FIELDS = tuple(_CARRIED_FIELDS) + (_ATTRIBUTES,)
+# Meta keys the encoders write themselves (a default tag cannot take them).
+_ENCODER_META_KEYS = frozenset((ORIGIN_KEY, TRACE_ID_HIGH_KEY, SPAN_LINKS_KEY, SPAN_EVENTS_KEY))
+_DEFAULT_TAG_OPTIONS = ("default_meta", "default_metrics")
 _WRITER_SIZES = ("max_size", "max_item_size", "max_payload_size")
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 Trace = Sequence[Any]
 
@@ -240,6 +266,12 @@ class AgentWriter:
         clash = [name for name in unknown if name in _WRITER_SIZES]
         if clash:
             raise TypeError("AgentWriter sets %s itself (use max_buffer_size / max_payload_size)" % ", ".join(clash))
+        own_tags = [name for name in _DEFAULT_TAG_OPTIONS if name in encoder_options]
+        if own_tags:
+            raise TypeError(
+                "AgentWriter sets %s itself, from %s, so that every version it may send carries them"
+                % (", ".join(own_tags), ", ".join(_V10_ONLY_FIELDS))
+            )
         if unknown:
             raise TypeError("AgentWriter() got an unexpected keyword argument %r" % unknown[0])
         if not (flush_interval > 0 and timeout > 0):
@@ -269,7 +301,8 @@ class AgentWriter:
             value = self._headers.get(header, "")
             if "\r" in value or "\n" in value:
                 raise ValueError("%s=%r: a line break cannot go in the %s header" % (field, value, header))
-        self._v10_only = [name for name in _V10_ONLY_FIELDS if encoder_options.get(name) is not None]
+        # The v1.0 payload fields as v0.4/v0.5 carry them; bad values fail here, naming the option.
+        self._default_meta, self._default_metrics = _carried_tags(encoder_options)
 
         installed = _installed_versions()
         if version == "auto":
@@ -280,10 +313,6 @@ class AgentWriter:
             candidates = [v for v in installed if VERSIONS.index(v) >= VERSIONS.index(version)]
         else:
             raise ValueError("version must be 'auto' or one of %s, not %r" % (", ".join(VERSIONS), version))
-        if self._v10_only and "v1.0" not in candidates:
-            raise TypeError(
-                "%s: v1.0 payload fields, which version %r cannot carry" % (", ".join(self._v10_only), version)
-            )
         for candidate in candidates:  # bad option values fail here, naming the option
             self._new_encoder(candidate)
         self._supported = candidates
@@ -292,7 +321,6 @@ class AgentWriter:
         self._known_version: Optional[str] = None if version == "auto" else version
         # What payloads are encoded in until then: the best we can write.
         self._version = candidates[0]
-        self._told_fields_left_out = False
         self._stopped = False
         self._log_interval = 60.0
         self._init_runtime_state()
@@ -301,11 +329,16 @@ class AgentWriter:
     def _encoder_options_for(self, version: str) -> Dict[str, Any]:
         if version == "v1.0":
             return self._encoder_options
-        return {
+        options = {
             name: value
             for name, value in self._encoder_options.items()
             if name not in _HEADER_FIELDS and name not in _V10_ONLY_FIELDS
         }
+        if self._default_meta:
+            options["default_meta"] = self._default_meta
+        if self._default_metrics:
+            options["default_metrics"] = self._default_metrics
+        return options
 
     def _new_encoder(self, version: str) -> TraceMsgPackEncoder:
         return TraceMsgPackEncoder(
@@ -766,14 +799,6 @@ class AgentWriter:
     def _set_version(self, version: str) -> None:
         """Encode in ``version`` from now on, what is buffered included (flush thread)."""
         with self._lock:
-            if version != "v1.0" and self._v10_only and not self._told_fields_left_out:
-                self._told_fields_left_out = True
-                log.warning(
-                    "spanpack.AgentWriter: the agent takes %s, which has no place for %s; "
-                    "they are left out of its payloads",
-                    version,
-                    ", ".join(self._v10_only),
-                )
             if version == self._version:
                 return
             encoder = self._new_encoder(version)
@@ -931,6 +956,73 @@ class AgentWriter:
             with self._lock:
                 self._on_response_errors += 1
             log.exception("spanpack.AgentWriter: on_response raised")
+
+
+def _written_text(text: str, what: str) -> str:
+    """A str option as every version writes it: its text (a subclass's too),
+    cut over MAX_TEXT_LEN; a lone surrogate is refused, naming ``what``."""
+    text = str.__str__(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("%s: not valid text (a lone surrogate)" % what) from None
+    if len(text) > MAX_TEXT_LEN:
+        text = text[:TRUNCATED_PREFIX_LEN] + TRUNCATION_SUFFIX
+    return text
+
+
+def _carried_tags(options: Mapping[str, Any]) -> Tuple[Dict[str, str], Dict[str, Union[int, float]]]:
+    """The default tags (meta, metrics) that carry the v1.0 payload fields in
+    ``options`` in v0.4/v0.5 payloads.  Each value is checked here, once,
+    and an error names its option: hostname, env, app_version and
+    runtime_id are str (empty: left out, as v1.0 leaves it out);
+    payload_attributes maps str to str, bool, int (int64) or float."""
+    meta: Dict[str, str] = {}
+    metrics: Dict[str, Union[int, float]] = {}
+    tag_field: Dict[str, str] = {}
+    for field, tag in _CARRIED_FIELDS.items():
+        value = options.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise TypeError("%s must be str, not %s" % (field, type(value).__name__))
+        value = _written_text(value, field)
+        if value:
+            meta[tag] = value
+            tag_field[tag] = field
+    attributes = options.get(_ATTRIBUTES)
+    if attributes is None:
+        return meta, metrics
+    if not isinstance(attributes, Mapping):
+        raise TypeError("%s must be a mapping, not %s" % (_ATTRIBUTES, type(attributes).__name__))
+    for key, value in attributes.items():
+        if not isinstance(key, str):
+            raise TypeError("%s keys must be str, not %s" % (_ATTRIBUTES, type(key).__name__))
+        what = "%s[%r]" % (_ATTRIBUTES, key)
+        tag = _written_text(key, what)
+        if tag in _ENCODER_META_KEYS:
+            raise ValueError("%s: v0.4/v0.5 payloads write the tag %r themselves" % (what, tag))
+        if tag in tag_field:
+            raise ValueError(
+                "%s: v0.4/v0.5 payloads carry %s= as the tag %r, which this attribute would be too"
+                % (what, tag_field[tag], tag)
+            )
+        if tag in meta or tag in metrics:
+            raise ValueError("%s: another key is written as the same text (keys over %d characters are cut)"
+                             % (what, MAX_TEXT_LEN))
+        if isinstance(value, str):
+            meta[tag] = _written_text(value, what)
+        elif isinstance(value, bool):
+            metrics[tag] = int(value)
+        elif isinstance(value, int):
+            if not _I64_MIN <= value <= _I64_MAX:
+                raise ValueError("%s does not fit in int64" % what)
+            metrics[tag] = int(value)
+        elif isinstance(value, float):
+            metrics[tag] = float(value)
+        else:
+            raise TypeError("%s must be str, bool, int or float, not %s" % (what, type(value).__name__))
+    return meta, metrics
 
 
 def _versions_from_info(reply: Any) -> Optional[List[str]]:

@@ -28,7 +28,8 @@ and not refused with a status (the agent may have kept those).
 
 Every payload body the server read whole is decoded (v0.4, v0.5, and v1.0
 with tests/v10_decoder.py) into
-``received``; those it answered with 2xx also go to ``accepted``.  A writer's
+``received`` (with its bytes as ``body`` when ``keep_bodies`` is set); those
+it answered with 2xx also go to ``accepted``.  A writer's
 delivered traces are exactly the accepted ones.
 
 ``refusing_url()`` gives an address where connections are refused: a bound
@@ -60,10 +61,12 @@ Action = Union[str, Tuple[str, int]]
 class Payload:
     """One decoded trace payload."""
 
-    def __init__(self, path: str, headers: Dict[str, str], body: bytes) -> None:
+    def __init__(self, path: str, headers: Dict[str, str], body: bytes, keep_body: bool = False) -> None:
         self.path = path
         self.headers = headers
         self.size = len(body)
+        #: the payload's bytes, when the server keeps them (``keep_bodies``)
+        self.body: Optional[bytes] = body if keep_body else None
         #: (trace_id, span count) per trace
         self.traces: List[Tuple[int, int]] = decode_traces(path, body)
 
@@ -98,6 +101,8 @@ class FaultServer:
         self.accepted: List[Payload] = []
         self.kept: List[Payload] = []
         self.info_body: Optional[bytes] = None
+        #: keep each payload's bytes (Payload.body) for tests that decode them whole
+        self.keep_bodies = False
         self.requests: List[str] = []  # paths of the trace PUTs whose headers were read
         self.connections = 0
         self.errors: List[str] = []
@@ -278,7 +283,7 @@ class FaultServer:
         body = _read_exact(reader, length)
         payload = None
         if path in ("/v0.4/traces", "/v0.5/traces", "/v1.0/traces") and method == "PUT":
-            payload = Payload(path, headers, body)
+            payload = Payload(path, headers, body, self.keep_bodies)
             count = headers.get("x-datadog-trace-count")
             if count != str(len(payload.traces)):
                 self.errors.append("X-Datadog-Trace-Count %s for %d traces" % (count, len(payload.traces)))

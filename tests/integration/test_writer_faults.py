@@ -2,8 +2,9 @@
 
 Each test failed on the writer before the issue was fixed: a signal handler
 between two steps of write(), BaseExceptions from span code and from
-on_response, unbounded and trickled replies, /info of odd shapes, v1.0-only
-options with an older agent, a slow agent, DD_* values.
+on_response, unbounded and trickled replies, /info of odd shapes, v1.0 payload
+fields with an older agent (dropped, then left out: now carried as tags), a
+slow agent, DD_* values.
 """
 
 import json
@@ -14,6 +15,7 @@ import sys
 import textwrap
 import threading
 
+import msgpack
 import pytest
 
 from spanpack.writer import DROP_REASONS, AgentWriter, supported_versions
@@ -21,6 +23,7 @@ from spanpack.writer import DROP_REASONS, AgentWriter, supported_versions
 from tests.integration.fault_server import FaultServer
 from tests.integration import test_writer
 from tests.integration.test_writer import ROOT, _write_n, drops, ledger_balances, make_trace
+from tests.support import resolved_traces
 
 writers = test_writer.writers  # the fixture: writers made here are stopped at the end of each test
 
@@ -215,18 +218,122 @@ def test_version_is_none_until_known_and_stays_none_against_a_dead_agent(writers
     assert writers  # the fixture stops it
 
 
+V10_FIELDS = {
+    "hostname": "web-1",
+    "env": "prod",
+    "app_version": "1.2.3",
+    "runtime_id": "rt-42",
+    "payload_attributes": {"_dd.git.commit.sha": "abc", "n": 7, "ratio": 0.5, "on": True, "off": False},
+}
+# What v0.4/v0.5 payloads carry them as: tags on every span.
+CARRIED_META = {"_dd.hostname": "web-1", "env": "prod", "version": "1.2.3", "runtime-id": "rt-42",
+                "_dd.git.commit.sha": "abc"}
+CARRIED_METRICS = {"n": 7, "ratio": 0.5, "on": 1, "off": 0}
+
+
+def span_tags(payload):
+    """(meta, metrics) of every span of a v0.4 or v0.5 payload."""
+    version = "v0.5" if payload.path == "/v0.5/traces" else "v0.4"
+    traces = resolved_traces(version, payload.body)
+    if version == "v0.4":
+        return [(s.get("meta", {}), s.get("metrics", {})) for trace in traces for s in trace]
+    return [(s[9], s[10]) for trace in traces for s in trace]
+
+
+def assert_carried(payloads):
+    spans = [tags for payload in payloads for tags in span_tags(payload)]
+    assert spans
+    for meta, metrics in spans:
+        assert {k: meta.get(k) for k in CARRIED_META} == CARRIED_META
+        assert {k: metrics.get(k) for k in CARRIED_METRICS} == CARRIED_METRICS
+        assert meta["k"] == "v" and metrics["m"] == 1.5  # the spans' own tags, as written
+
+
 @pytest.mark.skipif(not HAS_V1, reason="the installed encoder has no v1.0")
-def test_v1_0_fields_with_an_agent_without_v1_0(server, writers, caplog):
-    writer = writers(server.url, hostname="web-1", tracer_version="9.9.9", container_id="c-1")
-    ids = _write_n(writer, 3)
-    assert writer.flush(timeout=10)
-    stats = ledger_balances(writer)
-    assert stats["version"] == "v0.5" and stats["traces_sent"] == 3
-    assert sorted(server.accepted_ids()) == ids
-    headers = server.accepted[0].headers
-    # What v0.5 can carry is carried (as headers); what it cannot is named in the log.
-    assert headers["datadog-meta-tracer-version"] == "9.9.9" and headers["datadog-container-id"] == "c-1"
-    assert any("hostname" in r.getMessage() for r in caplog.records)
+@pytest.mark.parametrize("endpoints, expected", [(["/v0.4/traces", "/v0.5/traces"], "v0.5"), (["/v0.4/traces"], "v0.4")])
+def test_v1_0_fields_with_an_agent_without_v1_0(writers, endpoints, expected):
+    """An auto writer with every v1.0 payload field, against an agent whose
+    /info lists no v1.0: every trace is sent in the version the agent takes,
+    the header fields as headers, the others as tags on every span."""
+    with FaultServer(endpoints) as server:
+        server.keep_bodies = True
+        writer = writers(server.url, tracer_version="9.9.9", container_id="c-1", **V10_FIELDS)
+        ids = []
+        for _ in range(3):  # one batch at a time, as the reproducer did
+            ids += _write_n(writer, 1, spans=2)
+            assert writer.flush(timeout=10)
+        stats = ledger_balances(writer)
+        assert stats["version"] == expected and stats["traces_sent"] == 3 and not drops(stats)
+        assert sorted(server.accepted_ids()) == ids
+        assert server.requests == ["/%s/traces" % expected] * 3
+        headers = server.accepted[0].headers
+        assert headers["datadog-meta-tracer-version"] == "9.9.9" and headers["datadog-container-id"] == "c-1"
+        assert_carried(server.accepted)
+
+
+@pytest.mark.skipif(not HAS_V1, reason="the installed encoder has no v1.0")
+def test_v1_0_fields_carried_after_a_404_for_v1_0(writers):
+    """An agent that lists v1.0 but refuses it: the batch is re-encoded as
+    v0.5, with the fields as tags."""
+    with FaultServer(["/v0.4/traces", "/v0.5/traces", "/v1.0/traces"]) as server:
+        server.keep_bodies = True
+        server.rule = lambda path, payload: ("status", 404) if path == "/v1.0/traces" else None
+        writer = writers(server.url, **V10_FIELDS)
+        ids = _write_n(writer, 4, spans=2)
+        assert writer.flush(timeout=10)
+        stats = ledger_balances(writer)
+        assert stats["version"] == "v0.5" and stats["traces_sent"] == 4
+        assert server.requests == ["/v1.0/traces", "/v0.5/traces"]
+        assert sorted(server.accepted_ids()) == ids
+        assert_carried(server.accepted)
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_a_writer_fixed_to_v0_4_or_v0_5_carries_the_v1_0_fields(writers, version):
+    with FaultServer() as server:
+        server.keep_bodies = True
+        writer = writers(server.url, version=version, **V10_FIELDS)
+        ids = _write_n(writer, 2)
+        assert writer.flush(timeout=10)
+        assert ledger_balances(writer)["traces_sent"] == 2
+        assert sorted(server.accepted_ids()) == ids
+        assert_carried(server.accepted)
+
+
+def test_empty_fields_are_left_out_as_v1_0_leaves_them_out():
+    writer = AgentWriter("http://127.0.0.1:1", version="v0.4", hostname="", env="prod", flush_interval=60)
+    try:
+        encoder = writer._new_encoder("v0.4")
+        (span,), = msgpack.unpackb(encoder.encode_traces([make_trace()]))
+        assert "_dd.hostname" not in span["meta"] and span["meta"]["env"] == "prod"
+    finally:
+        writer.stop(timeout=1)
+
+
+BAD_FIELDS = [
+    ({"hostname": 5}, TypeError, r"^hostname must be str, not int"),
+    ({"env": b"prod"}, TypeError, r"^env must be str, not bytes"),
+    ({"runtime_id": "\ud800"}, ValueError, r"^runtime_id: not valid text"),
+    ({"payload_attributes": ["x"]}, TypeError, r"^payload_attributes must be a mapping"),
+    ({"payload_attributes": {1: "x"}}, TypeError, r"^payload_attributes keys must be str, not int"),
+    ({"payload_attributes": {"x": [1]}}, TypeError, r"^payload_attributes\['x'\] must be str, bool, int or float"),
+    ({"payload_attributes": {"x": 1 << 63}}, ValueError, r"^payload_attributes\['x'\] does not fit in int64"),
+    ({"payload_attributes": {"x": "\udfff"}}, ValueError, r"^payload_attributes\['x'\]: not valid text"),
+    ({"payload_attributes": {"_dd.origin": "x"}}, ValueError, r"^payload_attributes\['_dd.origin'\]: v0.4/v0.5 payloads write"),
+    ({"env": "prod", "payload_attributes": {"env": "x"}}, ValueError,
+     r"^payload_attributes\['env'\]: v0.4/v0.5 payloads carry env= as the tag 'env'"),
+    ({"hostname": "h", "payload_attributes": {"_dd.hostname": "x"}}, ValueError,
+     r"^payload_attributes\['_dd.hostname'\]: v0.4/v0.5 payloads carry hostname="),
+    ({"default_meta": {"a": "b"}}, TypeError, r"^AgentWriter sets default_meta itself"),
+    ({"default_metrics": {"a": 1}}, TypeError, r"^AgentWriter sets default_metrics itself"),
+]
+
+
+@pytest.mark.parametrize("version", ["auto", "v0.4", "v0.5"] + (["v1.0"] if HAS_V1 else []))
+@pytest.mark.parametrize("options, error, message", BAD_FIELDS)
+def test_bad_v1_0_field_values_fail_at_construction_naming_the_option(version, options, error, message):
+    with pytest.raises(error, match=message):
+        AgentWriter("http://127.0.0.1:1", version=version, **options)
 
 
 @pytest.mark.skipif(not HAS_V1, reason="the installed encoder has no v1.0")
@@ -244,11 +351,6 @@ def test_the_tracer_version_goes_in_the_header_and_the_v1_0_payload(writers):
     encoder.put(make_trace())
     (payload, _), = encoder.encode()
     assert decode(payload)[5] == "1.2.3"
-
-
-def test_version_only_options_are_refused_when_no_version_can_carry_them():
-    with pytest.raises(TypeError, match="hostname"):
-        AgentWriter("http://127.0.0.1:1", version="v0.5", hostname="web-1")
 
 
 def test_a_misspelt_option_is_a_type_error_from_agent_writer():
