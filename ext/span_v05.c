@@ -155,40 +155,41 @@ v05_write_metric_entry_into_part(SpanWriter *w, PyObject *key, PyObject *value)
 
 /* A span's own entry where there are default tags: noted, so that the
  * default of the same key is not written too. */
+static SP_ALWAYS_INLINE int
+v05_write_entry_noted(SpanWriter *w, PyObject *key, PyObject *value, int metrics, int into_payload)
+{
+    if (metrics) {
+        return v05_write_metric_entry(w, key, value, into_payload) < 0
+                   ? -1
+                   : default_note(w, w->default_metrics, "metrics", key);
+    }
+    return v05_write_meta_entry(w, key, value, into_payload) < 0
+               ? -1
+               : default_note(w, w->default_meta, "meta", key);
+}
+
 static int
 v05_write_meta_entry_noted_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (v05_write_meta_entry(w, key, value, 1) < 0) {
-        return -1;
-    }
-    return default_note(w, w->default_meta, "meta", key);
+    return v05_write_entry_noted(w, key, value, 0, 1);
 }
 
 static int
 v05_write_meta_entry_noted_into_part(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (v05_write_meta_entry(w, key, value, 0) < 0) {
-        return -1;
-    }
-    return default_note(w, w->default_meta, "meta", key);
+    return v05_write_entry_noted(w, key, value, 0, 0);
 }
 
 static int
 v05_write_metric_entry_noted_into_payload(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (v05_write_metric_entry(w, key, value, 1) < 0) {
-        return -1;
-    }
-    return default_note(w, w->default_metrics, "metrics", key);
+    return v05_write_entry_noted(w, key, value, 1, 1);
 }
 
 static int
 v05_write_metric_entry_noted_into_part(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (v05_write_metric_entry(w, key, value, 0) < 0) {
-        return -1;
-    }
-    return default_note(w, w->default_metrics, "metrics", key);
+    return v05_write_entry_noted(w, key, value, 1, 0);
 }
 
 /* A default tag the span lacks (the span's own maps' entry writers above are
