@@ -17,6 +17,13 @@
 #define RETAINED_BUFFER (64 * 1024)
 #define MAX_SIZE_HINT (32 * 1024 * 1024)
 
+/* A payload's string table (v0.5, v1.0) is kept for the encoder's next
+ * payload (see SpareTable).  Not on free-threaded builds: one-shot calls
+ * there may run at once in several threads, with no lock to share it. */
+#ifndef Py_GIL_DISABLED
+#define SP_SPARE_TABLES 1
+#endif
+
 typedef struct {
     PyObject_HEAD
     SpanpackState *state;
@@ -47,6 +54,10 @@ typedef struct {
     PyObject *preamble;
     /* The last PayloadBuilder.id given to a buffered payload. */
     uint64_t payload_ids;
+#ifdef SP_SPARE_TABLES
+    /* The last finished payload's string table, for the next payload. */
+    SpareTable spare;
+#endif
 } TraceEncoderObject;
 
 typedef struct {
@@ -70,6 +81,7 @@ writer_init(TraceEncoderObject *self, SpanWriter *w, OutBuf *out, EncodedPart *p
     w->value_options.use_bin_type = 1;
     w->lenient = self->lenient;
     w->native_span_events = self->native_span_events;
+    w->looks_up_trace_id_high = self->version != V10_VERSION;
     w->trace_index = trace_index;
     w->out = out;
     if (self->version != 4 && part != NULL) {
@@ -140,11 +152,23 @@ encode_part(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, Py_ssi
     return result;
 }
 
-/* A payload of this encoder's version (and for v1.0 its preamble). */
+/* A payload of this encoder's version (and for v1.0 its preamble), on the
+ * spare table when there is one. */
 static int
 encoder_payload_init(TraceEncoderObject *self, PayloadBuilder *payload, Py_ssize_t capacity,
                      Py_ssize_t reserve)
 {
+#ifdef SP_SPARE_TABLES
+    SpareTable *spare = &self->spare;
+    if (spare->table.strings != NULL && spare->version == self->version &&
+        spare->preamble == self->preamble) {
+        if (payload_init_on_spare(payload, self->version, capacity, reserve, spare) < 0) {
+            return -1;
+        }
+        payload->preamble = Py_XNewRef(self->preamble);
+        return 0;
+    }
+#endif
     if (payload_init(payload, self->state, self->version, capacity, reserve) < 0) {
         return -1;
     }
@@ -152,7 +176,23 @@ encoder_payload_init(TraceEncoderObject *self, PayloadBuilder *payload, Py_ssize
         payload_free(payload);
         return -1;
     }
+    payload_seeded(payload);
     return 0;
+}
+
+/* payload_free, keeping the table for the next payload when it was made for
+ * this encoder as it is now (span code may have called __init__ since). */
+static void
+encoder_payload_free(TraceEncoderObject *self, PayloadBuilder *payload)
+{
+#ifdef SP_SPARE_TABLES
+    if (payload->version == self->version && payload->preamble == self->preamble) {
+        payload_spare_table(payload, &self->spare);
+    }
+#else
+    (void)self;
+#endif
+    payload_free(payload);
 }
 
 /* A payload for the buffer, with an id of its own (see IndexForecast). */
@@ -290,6 +330,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
         spanfields_clear(&reader);
         return -1;
     }
+    payload_seeded(&current);
     if (part_init(&scratch, self->state, version_number) < 0) {
         payload_free(&current);
         spanfields_clear(&reader);
@@ -312,6 +353,9 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     self->reader = reader;
     payload_free(&self->current);
     self->current = current;
+#ifdef SP_SPARE_TABLES
+    spare_table_free(&self->spare);
+#endif
     part_free(&self->scratch);
     self->scratch = scratch;
     strcache_free(&self->cache);
@@ -360,6 +404,9 @@ trace_encoder_dealloc(TraceEncoderObject *self)
     spanfields_clear(&self->reader);
     strcache_free(&self->cache);
     payload_free(&self->current);
+#ifdef SP_SPARE_TABLES
+    spare_table_free(&self->spare);
+#endif
     part_free(&self->scratch);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
@@ -426,7 +473,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
         self->size_hint = size < MAX_SIZE_HINT ? size + size / 16 : MAX_SIZE_HINT;
     }
 done:
-    payload_free(&payload);
+    encoder_payload_free(self, &payload);
     Py_DECREF(items);
     return result;
 }
@@ -509,7 +556,7 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
     }
     result = payload_finish(&payload);
 done:
-    payload_free(&payload);
+    encoder_payload_free(self, &payload);
     Py_DECREF(items);
     return result;
 }
@@ -581,7 +628,7 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next)
         goto error;
     }
     Py_DECREF(entry);
-    payload_free(&self->current);
+    encoder_payload_free(self, &self->current);
     self->current = *next;
     self->sealed_size += size;
     self->sealed_traces += count;
