@@ -194,8 +194,8 @@ payload_free(PayloadBuilder *payload)
 void
 payload_seeded(PayloadBuilder *payload)
 {
-    payload->seed_count = payload->table.count;
-    payload->seed_len = outbuf_len(&payload->table.encoded);
+    payload->seed.count = payload->table.count;
+    payload->seed.encoded_len = outbuf_len(&payload->table.encoded);
 }
 
 int
@@ -206,8 +206,7 @@ payload_init_on_spare(PayloadBuilder *payload, int version, Py_ssize_t capacity,
         return -1;
     }
     payload->table = spare->table;
-    payload->seed_count = spare->seed_count;
-    payload->seed_len = spare->seed_len;
+    payload->seed = spare->seed;
     memset(spare, 0, sizeof *spare);
     return 0;
 }
@@ -216,15 +215,14 @@ int
 payload_spare_table(PayloadBuilder *payload, SpareTable *spare)
 {
     StringTable *table = &payload->table;
-    if (spare->table.strings != NULL || table->strings == NULL || payload->seed_count == 0 ||
+    if (spare->table.strings != NULL || table->strings == NULL || payload->seed.count == 0 ||
         table->capacity > SPARE_TABLE_MAX_CAPACITY) {
         return 0;
     }
     /* Drops the payload's strings: a str's dealloc runs no Python code. */
-    strtable_rollback(table, payload->seed_count, payload->seed_len);
+    strtable_rollback(table, payload->seed.count, payload->seed.encoded_len);
     spare->table = *table;
-    spare->seed_count = payload->seed_count;
-    spare->seed_len = payload->seed_len;
+    spare->seed = payload->seed;
     spare->version = payload->version;
     spare->preamble = payload->preamble;
     memset(table, 0, sizeof *table);

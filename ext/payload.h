@@ -25,6 +25,12 @@ void part_reset(EncodedPart *part);
 void part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep);
 void part_free(EncodedPart *part);
 
+/* How many entries, and how many encoded bytes, a payload's table starts with. */
+typedef struct {
+    uint32_t count;
+    Py_ssize_t encoded_len;
+} TableSeed;
+
 typedef struct {
     int version;
     OutBuf body;            /* `header_room` bytes, then the traces */
@@ -37,10 +43,9 @@ typedef struct {
      * trace's forecast is only used for the payload it was made for. */
     uint64_t id;
     /* The table's entries every payload of its encoder starts with (v0.5's
-     * seed; v1.0's "" and preamble strings), set by payload_seeded(); 0
-     * before, and then the table is never kept for reuse. */
-    uint32_t seed_count;
-    Py_ssize_t seed_len;
+     * seed; v1.0's "" and preamble strings), set by payload_seeded(); count
+     * 0 before, and then the table is never kept for reuse. */
+    TableSeed seed;
 } PayloadBuilder;
 
 /* A string table kept from a finished payload for its encoder's next one
@@ -49,8 +54,7 @@ typedef struct {
  * an identity check only) are those of the payload that left it. */
 typedef struct {
     StringTable table;
-    uint32_t seed_count;
-    Py_ssize_t seed_len;
+    TableSeed seed;
     int version;
     const PyObject *preamble;
 } SpareTable;
