@@ -172,7 +172,10 @@ def valgrind_run(args, python, disable, run, workdir, progress):
            "--callgrind-out-file=" + os.path.join(rundir, "callgrind.out"),
            "--toggle-collect=" + function, "--dump-after=" + function,
            python, os.path.abspath(__file__), "--driver", spec_path]
-    env = dict(os.environ, PYTHONMALLOC="malloc")
+    # One hash seed for every column: str hashes place strings in spanpack's
+    # caches and tables (and CPython's dicts), and a random seed per run
+    # moved a row by up to 5% between runs of the same build.
+    env = dict(os.environ, PYTHONMALLOC="malloc", PYTHONHASHSEED="0")
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), HERE])
     if disable:
         env["SPANPACK_DISABLE_FAST_PATHS"] = disable

@@ -135,9 +135,13 @@ part_free(EncodedPart *part)
     forecast_free(&part->forecast);
 }
 
-int
-payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity,
-             Py_ssize_t header_room)
+/* Tables up to this many entries are kept for the next payload (a bigger
+ * one came from an unusual payload: the next starts small again). */
+#define SPARE_TABLE_MAX_CAPACITY 4096
+
+/* The payload with its body and no table. */
+static int
+payload_init_body(PayloadBuilder *payload, int version, Py_ssize_t capacity, Py_ssize_t header_room)
 {
     memset(payload, 0, sizeof *payload);
     payload->version = version;
@@ -150,6 +154,16 @@ payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssiz
         return -1;
     }
     payload->body.pos += header_room;
+    return 0;
+}
+
+int
+payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity,
+             Py_ssize_t header_room)
+{
+    if (payload_init_body(payload, version, capacity, header_room) < 0) {
+        return -1;
+    }
     if (version == 5 && (strtable_init(&payload->table, 1024) < 0 ||
                          seed_table(&payload->table, state, payload_encode_table_entry) < 0)) {
         payload_free(payload);
@@ -174,6 +188,53 @@ payload_free(PayloadBuilder *payload)
         strtable_free(&payload->table);
     }
     Py_CLEAR(payload->preamble);
+}
+
+void
+payload_seeded(PayloadBuilder *payload)
+{
+    payload->seed.count = payload->table.count;
+    payload->seed.encoded_len = outbuf_len(&payload->table.encoded);
+}
+
+int
+payload_init_on_spare(PayloadBuilder *payload, int version, Py_ssize_t capacity,
+                      Py_ssize_t header_room, SpareTable *spare)
+{
+    if (payload_init_body(payload, version, capacity, header_room) < 0) {
+        return -1;
+    }
+    payload->table = spare->table;
+    payload->seed = spare->seed;
+    memset(spare, 0, sizeof *spare);
+    return 0;
+}
+
+int
+payload_spare_table(PayloadBuilder *payload, SpareTable *spare)
+{
+    StringTable *table = &payload->table;
+    if (spare->table.strings != NULL || table->strings == NULL || payload->seed.count == 0 ||
+        table->capacity > SPARE_TABLE_MAX_CAPACITY) {
+        return 0;
+    }
+    /* Drops the payload's strings: a str's dealloc runs no Python code. */
+    strtable_rollback(table, payload->seed.count, payload->seed.encoded_len);
+    spare->table = *table;
+    spare->seed = payload->seed;
+    spare->version = payload->version;
+    spare->preamble = payload->preamble;
+    memset(table, 0, sizeof *table);
+    return 1;
+}
+
+void
+spare_table_free(SpareTable *spare)
+{
+    if (spare->table.strings != NULL) {
+        strtable_free(&spare->table);
+    }
+    memset(spare, 0, sizeof *spare);
 }
 
 /* Everything in front of the traces: for v0.5 `92`, the table and its header. */

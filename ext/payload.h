@@ -25,6 +25,12 @@ void part_reset(EncodedPart *part);
 void part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep);
 void part_free(EncodedPart *part);
 
+/* How many entries, and how many encoded bytes, a payload's table starts with. */
+typedef struct {
+    uint32_t count;
+    Py_ssize_t encoded_len;
+} TableSeed;
+
 typedef struct {
     int version;
     OutBuf body;            /* `header_room` bytes, then the traces */
@@ -36,7 +42,22 @@ typedef struct {
     /* Tells a buffering encoder's payloads apart (0: none given), so that a
      * trace's forecast is only used for the payload it was made for. */
     uint64_t id;
+    /* The table's entries every payload of its encoder starts with (v0.5's
+     * seed; v1.0's "" and preamble strings), set by payload_seeded(); count
+     * 0 before, and then the table is never kept for reuse. */
+    TableSeed seed;
 } PayloadBuilder;
+
+/* A string table kept from a finished payload for its encoder's next one
+ * (strings == NULL: none): emptied back to its seed, so the next payload
+ * neither allocates nor fills one.  `version` and `preamble` (borrowed, for
+ * an identity check only) are those of the payload that left it. */
+typedef struct {
+    StringTable table;
+    TableSeed seed;
+    int version;
+    const PyObject *preamble;
+} SpareTable;
 
 /* v0.5: forecast the payload indexes of the next trace encoded into `part`
  * (after part_reset) for joining it to `payload` (see IndexForecast). */
@@ -51,6 +72,24 @@ void part_forecast_for(EncodedPart *part, const PayloadBuilder *payload);
 int payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssize_t capacity,
                  Py_ssize_t header_room);
 void payload_free(PayloadBuilder *payload);
+
+/* Record the table as it is now as the payload's seed (after payload_init and,
+ * for v1.0, v10_payload_start). */
+void payload_seeded(PayloadBuilder *payload);
+
+/* payload_init for v0.5 and v1.0 on a table `spare` holds (taken over, the
+ * spare left empty), which must come from a payload of the same version and
+ * preamble; the preamble is the caller's to set. */
+int payload_init_on_spare(PayloadBuilder *payload, int version, Py_ssize_t capacity,
+                          Py_ssize_t header_room, SpareTable *spare);
+
+/* Move the payload's table, emptied back to its seed, into an empty `spare`
+ * (then 1); 0, leaving the table to payload_free, when the spare is taken,
+ * the table was never seeded or is too big to keep around. */
+int payload_spare_table(PayloadBuilder *payload, SpareTable *spare);
+
+/* Free the table a spare holds, if any. */
+void spare_table_free(SpareTable *spare);
 
 /* Exact size of the finished payload. */
 Py_ssize_t payload_size(const PayloadBuilder *payload);

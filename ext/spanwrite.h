@@ -341,7 +341,7 @@ span_may_run_python(const SpanWriter *w, const SpanValues *v, const TraceInfo *i
            !no_list_items(links) || !no_list_items(events) ||
            !(meta_struct == NULL || meta_struct == Py_None ||
              (PyDict_CheckExact(meta_struct) && PyDict_GET_SIZE(meta_struct) == 0)) ||
-           (w->span_index == 0 && info->trace_id_high != 0);
+           (w->looks_up_trace_id_high && w->span_index == 0 && info->trace_id_high != 0);
 }
 
 /* The per-span fields, borrowed when that is safe (see SpanValues). */

@@ -17,6 +17,13 @@
 #define RETAINED_BUFFER (64 * 1024)
 #define MAX_SIZE_HINT (32 * 1024 * 1024)
 
+/* A payload's string table (v0.5, v1.0) is kept for the encoder's next
+ * payload (see SpareTable).  Not on free-threaded builds: one-shot calls
+ * there may run at once in several threads, with no lock to share it. */
+#ifndef Py_GIL_DISABLED
+#define SP_SPARE_TABLES 1
+#endif
+
 typedef struct {
     PyObject_HEAD
     SpanpackState *state;
@@ -49,6 +56,10 @@ typedef struct {
     uint64_t payload_ids;
     /* v0.4/v0.5: default_meta= and default_metrics= (tracewrite.h). */
     DefaultTags default_tags;
+#ifdef SP_SPARE_TABLES
+    /* The last finished payload's string table, for the next payload. */
+    SpareTable spare;
+#endif
 } TraceEncoderObject;
 
 typedef struct {
@@ -73,6 +84,7 @@ writer_init(TraceEncoderObject *self, SpanWriter *w, OutBuf *out, EncodedPart *p
     w->lenient = self->lenient;
     w->native_span_events = self->native_span_events;
     default_tags_attach(w, &self->default_tags);
+    w->looks_up_trace_id_high = self->version != V10_VERSION;
     w->trace_index = trace_index;
     w->out = out;
     if (self->version != 4 && part != NULL) {
@@ -143,11 +155,23 @@ encode_part(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, Py_ssi
     return result;
 }
 
-/* A payload of this encoder's version (and for v1.0 its preamble). */
+/* A payload of this encoder's version (and for v1.0 its preamble), on the
+ * spare table when there is one. */
 static int
 encoder_payload_init(TraceEncoderObject *self, PayloadBuilder *payload, Py_ssize_t capacity,
                      Py_ssize_t reserve)
 {
+#ifdef SP_SPARE_TABLES
+    SpareTable *spare = &self->spare;
+    if (spare->table.strings != NULL && spare->version == self->version &&
+        spare->preamble == self->preamble) {
+        if (payload_init_on_spare(payload, self->version, capacity, reserve, spare) < 0) {
+            return -1;
+        }
+        payload->preamble = Py_XNewRef(self->preamble);
+        return 0;
+    }
+#endif
     if (payload_init(payload, self->state, self->version, capacity, reserve) < 0) {
         return -1;
     }
@@ -155,7 +179,23 @@ encoder_payload_init(TraceEncoderObject *self, PayloadBuilder *payload, Py_ssize
         payload_free(payload);
         return -1;
     }
+    payload_seeded(payload);
     return 0;
+}
+
+/* payload_free, keeping the table for the next payload when it was made for
+ * this encoder as it is now (span code may have called __init__ since). */
+static void
+encoder_payload_free(TraceEncoderObject *self, PayloadBuilder *payload)
+{
+#ifdef SP_SPARE_TABLES
+    if (payload->version == self->version && payload->preamble == self->preamble) {
+        payload_spare_table(payload, &self->spare);
+    }
+#else
+    (void)self;
+#endif
+    payload_free(payload);
 }
 
 /* A payload for the buffer, with an id of its own (see IndexForecast). */
@@ -297,6 +337,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
         spanfields_clear(&reader);
         return -1;
     }
+    payload_seeded(&current);
     if (part_init(&scratch, self->state, version_number) < 0) {
         payload_free(&current);
         spanfields_clear(&reader);
@@ -325,6 +366,9 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     self->default_tags = default_tags;
     payload_free(&self->current);
     self->current = current;
+#ifdef SP_SPARE_TABLES
+    spare_table_free(&self->spare);
+#endif
     part_free(&self->scratch);
     self->scratch = scratch;
     strcache_free(&self->cache);
@@ -379,6 +423,9 @@ trace_encoder_dealloc(TraceEncoderObject *self)
     spanfields_clear(&self->reader);
     strcache_free(&self->cache);
     payload_free(&self->current);
+#ifdef SP_SPARE_TABLES
+    spare_table_free(&self->spare);
+#endif
     part_free(&self->scratch);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
@@ -445,7 +492,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
         self->size_hint = size < MAX_SIZE_HINT ? size + size / 16 : MAX_SIZE_HINT;
     }
 done:
-    payload_free(&payload);
+    encoder_payload_free(self, &payload);
     Py_DECREF(items);
     return result;
 }
@@ -528,7 +575,7 @@ trace_encoder_join_encoded(TraceEncoderObject *self, PyObject *parts)
     }
     result = payload_finish(&payload);
 done:
-    payload_free(&payload);
+    encoder_payload_free(self, &payload);
     Py_DECREF(items);
     return result;
 }
@@ -600,7 +647,7 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next)
         goto error;
     }
     Py_DECREF(entry);
-    payload_free(&self->current);
+    encoder_payload_free(self, &self->current);
     self->current = *next;
     self->sealed_size += size;
     self->sealed_traces += count;

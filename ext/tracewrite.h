@@ -45,6 +45,10 @@ typedef struct {
     PackOptions value_options; /* for meta_struct values */
     int lenient;               /* drop bad tags (counted) instead of raising */
     int native_span_events;    /* v0.4: events as top-level span_events */
+    /* v0.4, v0.5: the first span of a trace with a 128-bit id looks its
+     * meta up for _dd.p.tid (a dict lookup, which can run Python code: the
+     * keys' __eq__); v1.0 reads that tag as it walks the map. */
+    int looks_up_trace_id_high;
     Py_ssize_t dropped_tags;
     /* Location for error messages. */
     Py_ssize_t trace_index;

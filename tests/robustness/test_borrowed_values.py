@@ -554,3 +554,39 @@ def test_finalizer_swapping_out_a_moved_tag_in_lenient_v10():
         """
         % {"root": root}
     )
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_meta_key_eq_replacing_the_first_span_of_a_128_bit_trace(version):
+    """v0.4 and v0.5 look the first span's meta up for _dd.p.tid when the
+    trace id has 128 bits, which calls a colliding key's __eq__: here one
+    that replaces the span's name (freeing the old one), so those versions
+    must own the span's values first.  v1.0 reads that tag as it walks the
+    map, so no key's __eq__ runs there and the values stay borrowed."""
+    run_child(
+        """
+        import msgpack
+
+        calls = []
+
+        class CollidingKey(str):
+            def __hash__(self):
+                return hash("_dd.p.tid")
+            def __eq__(self, other):
+                calls.append(other)
+                span.name = "replaced"
+                return str.__eq__(self, other)
+            __ne__ = str.__ne__
+
+        encoder = spanpack.TraceMsgPackEncoder(%(version)r)
+        for _ in range(3):
+            span = slot_span(trace_id=(5 << 64) | 7, name="n" * 40,
+                             meta={CollidingKey("k"): "v", "a": "b"})
+            payload = encoder.encode_traces([[span]])
+            assert bytes(payload).count(b"n" * 40) == 1, payload
+            msgpack.unpackb(payload, strict_map_key=False)
+        assert (calls == []) == (%(version)r == "v1.0"), calls
+        print("ok")
+        """
+        % {"version": version}
+    )
