@@ -27,7 +27,6 @@ measure what each in-place reader saves (ARCHITECTURE.md's table).
 
 import argparse
 import dataclasses
-import glob
 import json
 import os
 import pickle
@@ -35,9 +34,8 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
-from callgrind_per_span import read_totals, trim  # the script's folder is on sys.path
+from callgrind_per_span import callgrind_driver, fresh_rundir, trim  # the script's folder is on sys.path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -158,20 +156,11 @@ def valgrind_run(args, python, disable, run, workdir, progress):
     """{(shape, form, version): (spans, Ir of the last call)} for one entry point."""
     name, function, kind = run
     rundir = os.path.join(workdir, name)
-    os.makedirs(rundir, exist_ok=True)
-    for old in glob.glob(os.path.join(rundir, "callgrind.out*")):
-        os.unlink(old)
+    fresh_rundir(rundir)
     spec = {"shapes": args.shapes, "versions": args.versions, "max_spans": args.max_spans,
             "records": args.records,
             "user_spans": not args.no_user_spans, "run": name,
             "plan": os.path.join(rundir, "plan.json")}
-    spec_path = os.path.join(rundir, "spec.json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    cmd = [args.valgrind, "--tool=callgrind", "--collect-atstart=no",
-           "--callgrind-out-file=" + os.path.join(rundir, "callgrind.out"),
-           "--toggle-collect=" + function, "--dump-after=" + function,
-           python, os.path.abspath(__file__), "--driver", spec_path]
     # One hash seed for every column: str hashes place strings in spanpack's
     # caches and tables (and CPython's dicts), and a random seed per run
     # moved a row by up to 5% between runs of the same build.
@@ -179,17 +168,7 @@ def valgrind_run(args, python, disable, run, workdir, progress):
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), HERE])
     if disable:
         env["SPANPACK_DISABLE_FAST_PATHS"] = disable
-    started = time.time()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
-    if proc.returncode != 0:
-        raise RuntimeError("valgrind failed:\n" + proc.stderr[-3000:])
-    progress("  %s: %.0f s" % (name, time.time() - started))
-    with open(spec["plan"]) as f:
-        driven = json.load(f)
-    dumps = sorted((p for p in glob.glob(os.path.join(rundir, "callgrind.out.*"))
-                    if re.search(r"\.\d+$", p)), key=lambda p: int(re.findall(r"\.(\d+)$", p)[0]))
-    counts = [read_totals(p) for p in dumps]
+    driven, counts = callgrind_driver(args, python, __file__, rundir, function, spec, env, name, progress)
     out, position = {}, 0
     for shape, form, version, spans, ntraces in driven["plan"]:
         per_call = ntraces if kind == "traces" else 1

@@ -178,28 +178,25 @@ def dump_index(path):
     return int(match.group(1)) if match else 0
 
 
-def valgrind_run(args, workdir, run, spec, progress):
-    """Run the driver for one entry point; {measurement key: [Ir per call]}."""
-    name, group, function, kind = run[:4]
-    if len(run) > 4:  # a run for one payload version only
-        spec = dict(spec, versions=[v for v in spec["versions"] if v == run[4]])
-        if not spec["versions"]:
-            return {}
-    rundir = os.path.join(workdir, re.sub(r"\W+", "_", name))
+def fresh_rundir(rundir):
+    """Make ``rundir``, or empty it of an earlier run's callgrind files."""
     os.makedirs(rundir, exist_ok=True)
     for old in glob.glob(os.path.join(rundir, "callgrind.out*")):
         os.unlink(old)
-    spec = dict(spec, group=group, plan=os.path.join(rundir, "plan.json"))
+
+
+def callgrind_driver(args, python, script, rundir, function, spec, env, name, progress):
+    """Run ``python script --driver SPEC`` under callgrind, collecting only
+    inside ``function`` and dumping after each exit from it (the other
+    callgrind scripts use it too).  Returns what the driver wrote to
+    spec["plan"] and the instruction count of every dump, in order."""
     spec_path = os.path.join(rundir, "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
     cmd = [args.valgrind, "--tool=callgrind", "--collect-atstart=no",
            "--callgrind-out-file=" + os.path.join(rundir, "callgrind.out"),
            "--toggle-collect=" + function, "--dump-after=" + function,
-           os.path.realpath(sys.executable), os.path.abspath(__file__), "--driver", spec_path]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(ROOT, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+           python, os.path.abspath(script), "--driver", spec_path]
     progress("+ " + " ".join(cmd))
     started = time.time()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -211,7 +208,24 @@ def valgrind_run(args, workdir, run, spec, progress):
         plan = json.load(f)
     dumps = sorted((p for p in glob.glob(os.path.join(rundir, "callgrind.out.*"))
                     if re.search(r"\.\d+$", p)), key=dump_index)
-    counts = [read_totals(p) for p in dumps]
+    return plan, [read_totals(p) for p in dumps]
+
+
+def valgrind_run(args, workdir, run, spec, progress):
+    """Run the driver for one entry point; {measurement key: [Ir per call]}."""
+    name, group, function, kind = run[:4]
+    if len(run) > 4:  # a run for one payload version only
+        spec = dict(spec, versions=[v for v in spec["versions"] if v == run[4]])
+        if not spec["versions"]:
+            return {}
+    rundir = os.path.join(workdir, re.sub(r"\W+", "_", name))
+    fresh_rundir(rundir)
+    spec = dict(spec, group=group, plan=os.path.join(rundir, "plan.json"))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(ROOT, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    plan, counts = callgrind_driver(args, os.path.realpath(sys.executable), __file__, rundir, function,
+                                    spec, env, name, progress)
     per_call = {"one": lambda ntraces: 1, "traces": lambda ntraces: ntraces}[kind]
     expected = sum(per_call(ntraces) * calls for _key, _spans, ntraces, calls in plan)
     if len(counts) != expected:
