@@ -264,7 +264,13 @@ class AgentConnection:
                 raise
             return sock
         if errors:
-            raise errors[-1]
+            try:
+                raise errors[-1]
+            finally:
+                # The list holds the exception, whose traceback holds this
+                # frame: without this the cycle (and the request's payload in
+                # the frames above) would live until a garbage collection.
+                errors.clear()
         raise OSError("%s has no address to connect to" % self.address.host)
 
     def _addresses(self, deadline: float) -> List[Tuple[Any, ...]]:
@@ -293,7 +299,10 @@ class AgentConnection:
             raise socket.timeout("looking up %r took longer than the request's deadline" % host)
         self._lookup = None
         if lookup.error is not None:
-            raise lookup.error
+            try:
+                raise lookup.error
+            finally:
+                del lookup  # (the same cycle, through the lookup's reference to its error)
         return lookup.addresses
 
     def _request_head(self, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str]) -> bytes:
@@ -354,7 +363,9 @@ class _NameLookup:
         try:
             self.addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
         except OSError as error:
-            self.error = error
+            # Without its traceback (this frame): kept with one, the error
+            # would hold this frame, which holds self, which holds the error.
+            self.error = error.with_traceback(None)
         except BaseException as error:  # (UnicodeError is a ValueError: a host name IDNA refuses)
             self.error = OSError("looking up %r failed: %s: %s" % (host, type(error).__name__, error))
         finally:

@@ -571,3 +571,37 @@ def test_a_host_name_lookup_that_hangs_ends_at_the_request_deadline(server, writ
     stats = ledger_balances(writer)
     assert stats["traces_sent"] == 3 and sorted(server.accepted_ids()) == later
     assert not set(first) & set(server.received_ids())
+
+
+@pytest.mark.parametrize("failure", ["refused", "lookup"])
+def test_a_failed_connect_leaves_no_reference_cycle(monkeypatch, failure):
+    """A failed connect's exception must not sit in a cycle with the frames
+    that raised it: the cycle kept each failed request's payload alive until
+    a garbage collection (RSS grew to twice its bound against a dead agent)."""
+    import gc
+    import socket
+    import time
+
+    from spanpack.transport import AgentConnection, RequestFailed, parse_agent_url
+    from tests.integration.fault_server import refusing_url
+
+    holder, url = refusing_url()
+    if failure == "lookup":
+        def failing_getaddrinfo(host, *args, **kwargs):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+        monkeypatch.setattr(socket, "getaddrinfo", failing_getaddrinfo)
+        url = "http://agent.example.invalid:8126"
+    connection = AgentConnection(parse_agent_url(url))
+    try:
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                with pytest.raises(RequestFailed):
+                    connection.request("PUT", "/v0.4/traces", b"x" * 100_000, {}, time.monotonic() + 5)
+            assert gc.collect() == 0, "a failed request left objects only a collection frees"
+        finally:
+            gc.enable()
+    finally:
+        holder.close()
