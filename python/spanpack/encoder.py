@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ._extras import _truncate
 from ._spanpack import TraceEncoder, packb
 
 CONTENT_TYPE = "application/msgpack"
@@ -25,7 +26,6 @@ _V10_PAYLOAD_ATTRIBUTES = 10
 # Attribute value types.
 _V10_STRING, _V10_BOOL, _V10_DOUBLE, _V10_INT = 1, 2, 3, 4
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
-_MAX_TEXT_LEN = 25000
 
 
 class TraceMsgPackEncoder(TraceEncoder):
@@ -124,13 +124,6 @@ class TraceMsgPackEncoder(TraceEncoder):
         return payload_headers(trace_count, tracer_version)
 
 
-def _cut(text: str) -> str:
-    """The 25,000-character truncation of every span string."""
-    if len(text) > _MAX_TEXT_LEN:
-        return text[:2486] + "<truncated>..."
-    return text
-
-
 def v10_preamble(
     fields: Mapping[str, Optional[str]], attributes: Mapping[str, Any]
 ) -> Tuple[bytes, int, Tuple[str, ...]]:
@@ -146,7 +139,7 @@ def v10_preamble(
             raise TypeError(f"{what} must be str, not {type(text).__name__}")
         if type(text) is not str:
             text = str.__str__(text)  # a subclass (a StrEnum member) as its text
-        text = _cut(text)
+        text = _truncate(text)  # the truncation of every span string
         text.encode("utf-8")  # a lone surrogate raises here
         if text in streamed:
             return packb(streamed[text])

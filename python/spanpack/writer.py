@@ -49,14 +49,13 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
+from ._extras import _truncate
 from ._spanpack import (
     MAX_TEXT_LEN,
     ORIGIN_KEY,
     SPAN_EVENTS_KEY,
     SPAN_LINKS_KEY,
     TRACE_ID_HIGH_KEY,
-    TRUNCATED_PREFIX_LEN,
-    TRUNCATION_SUFFIX,
     BufferFull,
     BufferItemTooLarge,
 )
@@ -966,9 +965,7 @@ def _written_text(text: str, what: str) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("%s: not valid text (a lone surrogate)" % what) from None
-    if len(text) > MAX_TEXT_LEN:
-        text = text[:TRUNCATED_PREFIX_LEN] + TRUNCATION_SUFFIX
-    return text
+    return _truncate(text)
 
 
 def _carried_tags(options: Mapping[str, Any]) -> Tuple[Dict[str, str], Dict[str, Union[int, float]]]:
