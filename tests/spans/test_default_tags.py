@@ -29,6 +29,7 @@ from spanpack._spanpack import (
     TRUNCATION_SUFFIX,
 )
 
+from tests.spans.test_buffered import HookSpan  # a span whose resource runs a hook
 from tests.support import assert_all_paths_equal, assert_lenient_paths, describe_difference, spanpack_paths
 
 VERSIONS = ["v0.4", "v0.5"]
@@ -375,21 +376,6 @@ def test_buffer_limits_count_the_defaults(version):
     assert len(short) == len(traces) - 1
 
 
-class HookedSpan:
-    """A span object whose `resource` runs a hook (once) before it is read."""
-
-    def __init__(self, hook, **fields):
-        self.__dict__.update(fields)
-        self._hook = hook
-
-    @property
-    def resource(self):
-        hook, self._hook = self._hook, None
-        if hook is not None:
-            hook()
-        return self.__dict__["_resource"]
-
-
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("at", [0, 2])
 def test_put_from_span_code_mid_trace_with_defaults(version, at):
@@ -403,11 +389,8 @@ def test_put_from_span_code_mid_trace_with_defaults(version, at):
     made = encoder(version)
     for trace in before:
         made.put(trace)
-    outer = []
-    for s, fields in enumerate(outer_fields):
-        fields = dict(fields)
-        fields["_resource"] = fields.pop("resource")
-        outer.append(HookedSpan((lambda: made.put(inner)) if s == at else None, **fields))
+    outer = [HookSpan(hook=(lambda: made.put(inner)) if s == at else None, **fields)
+             for s, fields in enumerate(outer_fields)]
     made.put(outer)
     expected = reference_payload(version, before + [inner, outer_fields], DEFAULT_META, DEFAULT_METRICS)
     (payload, count), = made.encode()
