@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ._extras import _truncate
+from ._extras import _I64_MAX, _I64_MIN, _truncate
 from ._spanpack import TraceEncoder, packb
 
 CONTENT_TYPE = "application/msgpack"
@@ -25,7 +25,6 @@ _V10_PAYLOAD_TEXT_FIELDS = (
 _V10_PAYLOAD_ATTRIBUTES = 10
 # Attribute value types.
 _V10_STRING, _V10_BOOL, _V10_DOUBLE, _V10_INT = 1, 2, 3, 4
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class TraceMsgPackEncoder(TraceEncoder):

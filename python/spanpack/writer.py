@@ -49,7 +49,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
-from ._extras import _truncate
+from ._extras import _I64_MAX, _I64_MIN, _truncate
 from ._spanpack import (
     MAX_TEXT_LEN,
     ORIGIN_KEY,
@@ -121,7 +121,6 @@ _V10_ONLY_FIELDS = tuple(_CARRIED_FIELDS) + (_ATTRIBUTES,)
 _ENCODER_META_KEYS = frozenset((ORIGIN_KEY, TRACE_ID_HIGH_KEY, SPAN_LINKS_KEY, SPAN_EVENTS_KEY))
 _DEFAULT_TAG_OPTIONS = ("default_meta", "default_metrics")
 _WRITER_SIZES = ("max_size", "max_item_size", "max_payload_size")
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 Trace = Sequence[Any]
 
