@@ -660,7 +660,63 @@ def make_config(inp):
     fields = {"meta": "tags", "origin": "ctx.origin"} if mapping else inp.pick([None, None, None])
     if version == "v1.0" and inp.below(3) == 0:
         kwargs.update(payload_fields(inp))
+    if version != "v1.0" and inp.below(4) == 0:
+        kwargs.update(default_tags(inp))
     return version, fields, mapping, kwargs
+
+
+def default_tags(inp):
+    """v0.4/v0.5 default tags: keys the spans also use (their own value must
+    win, never written twice), new ones, now and then a value the encoder
+    refuses when it is made."""
+    out = {}
+    if inp.flag():
+        out["default_meta"] = {
+            inp.pick(["env", "svc0", "version", "k", "é", "_dd.p.dm"]):
+                inp.pick(["prod", "v", "", "é", "x" * 25001, StrSub("s"), "\ud800", 5])
+            for _ in range(inp.below(3) + 1)}
+    if inp.flag() or not out:
+        out["default_metrics"] = {
+            inp.pick(["m0", "_sampling_priority_v1", "svc0", "x"]):
+                inp.pick([1, 0.5, -1, 2**63, IntSub(3), FloatSub(2.5), True, "1"])
+            for _ in range(inp.below(3) + 1)}
+    return out
+
+
+# Encoder options that change every span's bytes, so a second encoder that
+# must write the same payload needs them too.
+SPAN_OPTIONS = ("lenient", "intern", "native_span_events", "default_meta", "default_metrics")
+
+
+def check_default_tags(payload, version, kwargs):
+    """Every span of a v0.4/v0.5 payload has each default key, once."""
+    meta_keys, metric_keys = set(kwargs.get("default_meta") or ()), set(kwargs.get("default_metrics") or ())
+    if version == "v1.0" or not (meta_keys or metric_keys):
+        return
+    twice = set()
+
+    def note_keys_written_twice(pairs):
+        keys = [key for key, _ in pairs]
+        twice.update(key for key in keys if isinstance(key, str) and keys.count(key) > 1)
+        return dict(pairs)
+
+    data = msgpack.unpackb(payload, strict_map_key=False, raw=False,
+                           object_pairs_hook=note_keys_written_twice)
+    # (a span's own str and bytes keys of one text are both written; only a
+    # default key must never be)
+    if twice & (meta_keys | metric_keys):
+        raise PayloadError(f"default keys written twice: {sorted(twice & (meta_keys | metric_keys))}")
+    stat("default tags checked")
+    if version == "v0.4":
+        spans = [(span.get("meta", {}), span.get("metrics", {})) for trace in data for span in trace]
+    else:
+        strings, traces = data
+        spans = [({strings[k]: strings[v] for k, v in span[9].items()},
+                  {strings[k]: v for k, v in span[10].items()}) for trace in traces for span in trace]
+    for meta, metrics in spans:
+        if not meta_keys <= set(meta) or not metric_keys <= set(metrics):
+            raise PayloadError(f"a span lacks a default tag: meta {sorted(meta)!r:.200}, metrics "
+                               f"{sorted(metrics)!r:.200}; defaults {sorted(meta_keys)}, {sorted(metric_keys)}")
 
 
 PAYLOAD_TEXT_FIELDS = ["language_name", "language_version", "tracer_version", "runtime_id",
@@ -791,6 +847,8 @@ def scenario(data):
         else:
             stat("encode_traces ok")
             check_payload(payload, version, None if builder.dirty else len(traces))
+            if not builder.log:
+                check_default_tags(payload, version, kwargs)
             if version == "v1.0":
                 check_v10_payload_fields(payload, kwargs)
             if not builder.dirty:
@@ -814,6 +872,8 @@ def scenario(data):
                 return  # a span re-initialised the encoder to the other version
             raise
         check_payload(payload, version, None if builder.dirty else len(parts))
+        if not builder.log:
+            check_default_tags(payload, version, kwargs)
         # Parts joined twice, or in another encoder of the same version.
         other = new_encoder(version, None,
                             {k: v for k, v in kwargs.items() if k in PAYLOAD_OPTIONS})
@@ -861,6 +921,8 @@ def scenario(data):
             # two puts may have re-initialised the encoder to the other version)
             traces_out = check_payload(payload, encoder.version, count)
             total += len(traces_out)
+            if not builder.log:
+                check_default_tags(payload, version, kwargs)
         if payloads and not builder.log and sum(len(p) for p, _ in payloads) != size:
             raise AssertionError(f"size {size} but encode() returned "
                                  f"{sum(len(p) for p, _ in payloads)} bytes")
@@ -929,8 +991,7 @@ def compare_forms_and_entry_points(data, payload, version, fields, kwargs):
             raise AssertionError(f"join_encoded differs from encode_traces ({form}):\n"
                                  f"{joined!r:.400}\n{payload!r:.400}")
     # The buffered path, when nothing limits it: one payload with every trace.
-    plain = {k: v for k, v in kwargs.items()
-             if k in ("lenient", "intern", "native_span_events") or k in PAYLOAD_OPTIONS}
+    plain = {k: v for k, v in kwargs.items() if k in SPAN_OPTIONS or k in PAYLOAD_OPTIONS}
     encoder = new_encoder(version, fields, plain)
     _, _, _, builder, traces, _ = build(data[1:], FORMS_CLEAN, "dict")
     for trace in traces:
@@ -1010,7 +1071,8 @@ def compare_v10_span(chunk, index, span, span04):
         if span.get(key, "") != (span04.get(name) or ""):
             differ(name, span.get(key), span04.get(name))
     for key, name in ((4, "span_id"), (5, "parent_id"), (6, "start"), (7, "duration")):
-        if span.get(key, 0) != (span04.get(name) or 0):
+        # (v0.4 writes a negative time as given, v1.0 as 0: docs/wire-format.md)
+        if span.get(key, 0) != max(span04.get(name) or 0, 0):
             differ(name, span.get(key), span04.get(name))
     if span.get(8, False) != bool(span04.get("error", 0)):
         differ("error", span.get(8), span04.get("error"))

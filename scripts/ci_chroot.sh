@@ -48,10 +48,17 @@ recipe() {
 # --- host side ----------------------------------------------------------------
 need_root() { [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot, mount)"; }
 
+# CI provisions both chroots at once, and on a fresh machine both need host
+# packages: one host apt at a time (flock), and apt itself waits for dpkg's
+# lock rather than failing when something else holds it.
 apt_install_host() {
     log "installing on the host: $*"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >&2 \
-        || { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >&2; }
+    (
+        flock 8
+        local apt=(apt-get -o DPkg::Lock::Timeout=600)
+        DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends "$@" >&2 \
+            || { "${apt[@]}" update >&2 && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends "$@" >&2; }
+    ) 8>/var/lock/spanpack-host-apt.lock
 }
 
 host_tools() {
