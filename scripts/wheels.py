@@ -583,7 +583,9 @@ def worker_test(wheel, sdist, suite, keyword):
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
                           env=env, capture_output=True, text=True, check=True).stdout.strip()
     junit = os.path.join(scratch, "junit.xml")
-    pytest_args = ["-p", "no:cacheprovider", "-q", "--rootdir", rundir, "--junitxml", junit]
+    # (--durations: the slowest tests, for a CI log that must say where its time went)
+    pytest_args = ["-p", "no:cacheprovider", "-q", "--durations=25", "--rootdir", rundir,
+                   "--junitxml", junit]
     if suite == "quick":
         missing = [f for f in QUICK_TESTS if not os.path.exists(os.path.join(rundir, f))]
         if missing:
