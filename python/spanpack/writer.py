@@ -38,16 +38,18 @@ sent and counted exactly; only its re-encoding is given up.
 from __future__ import annotations
 
 import atexit
+import functools
 import inspect
 import itertools
 import json
 import logging
 import os
 import random
+import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, TypeVar, Union, cast
 
 from ._extras import _I64_MAX, _I64_MIN, _truncate
 from ._spanpack import (
@@ -232,6 +234,40 @@ class WriterStats(TypedDict):
     version: Optional[str]  # None until known
 
 
+# CPython 3.14 may leave a `with lock:` holding the lock: a signal handler
+# that raises just after __enter__ returns skips __exit__ (CPython
+# gh-148874, fixed in 3.15; 3.13 and older check for signals nowhere in
+# that window).  Signal handlers run in the main thread, so the methods a
+# program calls (write, flush, stop, stats) release on the way out whatever
+# such an exception left held below them: the flush thread, which needs the
+# lock, would otherwise wait forever.
+_WITH_MAY_SKIP_EXIT = sys.version_info[:2] == (3, 14)
+# How long a flush thread may take to begin running before it is taken for
+# dead and replaced; also how often flush() and stop() look again while
+# they wait.
+_THREAD_CHECK = 1.0
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _releases_leaked_lock(method: _Method) -> _Method:
+    if not _WITH_MAY_SKIP_EXIT:
+        return method
+
+    @functools.wraps(method)
+    def guarded(self: "AgentWriter", *args: Any, **kwargs: Any) -> Any:
+        lock = self._lock
+        held = lock._recursion_count()  # this thread's depth on entry (0 unless re-entered)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            while lock._recursion_count() > held:
+                lock.release()
+
+    return cast(_Method, guarded)
+
+
 class AgentWriter:
     """Send traces to a Datadog trace agent from a background thread.
 
@@ -359,7 +395,15 @@ class AgentWriter:
         self._write_drops: Dict[str, "itertools.count[int]"] = {reason: itertools.count() for reason in DROP_REASONS}
         self._wake_at = self._wake_threshold()
         self._flush_requested = False
+        # The flush thread, and the one of its threads now inside _run.  The
+        # writer judges "alive" by these, never by Thread.is_alive() or
+        # join(): up to 3.12 a signal handler raising inside either marks a
+        # running thread stopped for good (threading's bpo-45274 clean-up
+        # releases the thread's own lock), and the main thread, where
+        # handlers run, calls write(), flush() and stop().
         self._thread: Optional[threading.Thread] = None
+        self._running: Optional[threading.Thread] = None
+        self._thread_started_at = 0.0
         self._batch: Optional[_Batch] = None
         self._batches_taken = 0
         self._batches_done = 0
@@ -394,6 +438,7 @@ class AgentWriter:
 
     # -- application side -------------------------------------------------
 
+    @_releases_leaked_lock
     def write(self, trace: Trace) -> None:
         """Buffer one trace (a list of spans) for sending; never raises for its content.
 
@@ -429,12 +474,14 @@ class AgentWriter:
                         self._start_thread()
                     if encoder.size >= self._wake_at:
                         self._wake_at = self.max_buffer_size + 1  # once per batch
+                        self._ensure_thread()
                         self._work_ready.notify()
                     return
             message = self._drop_summary(force=False)
         if message:
             log.warning(message)
 
+    @_releases_leaked_lock
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Send what is buffered now; True once all of it is settled (sent or dropped)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -443,27 +490,24 @@ class AgentWriter:
                 return False  # called from on_response: it would wait on itself
             if not len(self._encoder) and self._batch is None:
                 return True
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = None
-                self._start_thread()
-                if self._thread is None:
-                    return False
+            if not self._ensure_thread():
+                return False
             # A swap takes the whole buffer, so the next batch holds everything
             # buffered now; a batch in flight is finished before it.
             target = self._batches_taken + (1 if len(self._encoder) else 0)
             self._flush_requested = True
             self._work_ready.notify()
             while self._batches_done < target:
-                if self._thread is None:  # it ended: a new one settles what it left
-                    self._start_thread()
-                    if self._thread is None:
-                        return False
+                if not self._ensure_thread():  # it ended: a new one settles what it left
+                    return False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._batch_done.wait(remaining)
+                # (woken at least once a second to see that the thread still runs)
+                self._batch_done.wait(_THREAD_CHECK if remaining is None else min(remaining, _THREAD_CHECK))
             return True
 
+    @_releases_leaked_lock
     def stop(self, timeout: Optional[float] = None) -> bool:
         """Send what is buffered and stop the thread; later writes are dropped as ``stopped``.
 
@@ -483,13 +527,19 @@ class AgentWriter:
             else:
                 deadline = min(deadline, self._stop_deadline or deadline)
             thread = self._thread
+            live = self._thread_runs()
             self._work_ready.notify_all()
         finished = True
-        if thread is None or not thread.is_alive():
+        if not live:
             self._send_inline(deadline)
         elif thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()) + 0.05)
-            finished = not thread.is_alive()
+            with self._lock:  # _run's end clears self._thread and notifies
+                while self._thread is thread and self._thread_runs():
+                    remaining = deadline + 0.05 - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._batch_done.wait(min(remaining, _THREAD_CHECK))
+                finished = self._thread is not thread
         with self._lock:
             message = self._drop_summary(force=True)
         if message:
@@ -504,7 +554,7 @@ class AgentWriter:
         """stop() without a live flush thread: send the buffer on the caller's thread."""
         for _ in range(1000):  # each round takes the whole buffer; bounded regardless
             with self._lock:
-                if self._thread is not None and self._thread.is_alive():
+                if self._thread_runs():
                     return
                 self._recover_batch()
                 if not len(self._encoder):
@@ -525,6 +575,7 @@ class AgentWriter:
                 return
 
     @property
+    @_releases_leaked_lock
     def stats(self) -> WriterStats:
         """A snapshot of the counters (a new dict on every read; see ``WriterStats``)."""
         with self._lock:
@@ -615,25 +666,45 @@ class AgentWriter:
 
     # -- the flush thread -------------------------------------------------
 
+    def _thread_runs(self) -> bool:
+        """The flush thread is in _run, or was started too recently to be
+        there yet (callers hold the lock)."""
+        thread = self._thread
+        return thread is not None and (
+            self._running is thread or time.monotonic() - self._thread_started_at < _THREAD_CHECK
+        )
+
+    def _ensure_thread(self) -> bool:
+        """Start a flush thread unless one runs (callers hold the lock); False
+        if none could be started."""
+        if not self._thread_runs():
+            self._thread = None
+            self._start_thread()
+        return self._thread is not None
+
     def _start_thread(self) -> None:
         thread = threading.Thread(target=self._run, name="spanpack.AgentWriter", daemon=True)
         self._thread = thread
+        self._thread_started_at = time.monotonic()
         try:
             thread.start()
-        except BaseException as error:
-            # Never leave a thread that did not start as "the" thread: the
-            # next write() or flush() tries again.
+        except RuntimeError:
+            # Interpreter shutdown forbids new threads (or none can be made
+            # now): the buffer waits for the next try, or for stop() (run at
+            # exit), which then sends it on its own thread.
             self._thread = None
-            if isinstance(error, RuntimeError):
-                # Interpreter shutdown forbids new threads (or none can be
-                # made now): the buffer waits for the next try, or for stop()
-                # (run at exit), which then sends it on its own thread.
-                return
-            raise
-        self._thread_starts += 1
+        # Anything else came from a signal handler, before the thread began
+        # or after (threading then raises KeyError, and may kill the new
+        # thread before it runs): it stays "the" thread, and one that has
+        # not reached _run within _THREAD_CHECK is replaced.
 
     def _run(self) -> None:
         me = threading.current_thread()
+        with self._lock:
+            if self._thread is not me:
+                return  # replaced before it got here (see _thread_runs)
+            self._running = me
+            self._thread_starts += 1
         try:
             for _ in range(1 << 62):  # each round one batch, or a wait
                 try:
@@ -642,11 +713,13 @@ class AgentWriter:
                 except BaseException as error:  # the thread must go on
                     self._on_thread_error(error)
         finally:
+            self._close_connection()
             with self._lock:
+                if self._running is me:
+                    self._running = None
                 if self._thread is me:
                     self._thread = None
                 self._batch_done.notify_all()
-            self._close_connection()
 
     def _on_thread_error(self, error: BaseException) -> None:
         try:
