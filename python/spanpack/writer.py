@@ -470,11 +470,12 @@ class AgentWriter:
                     self._last_error["bad_input"] = "%s: %s" % (type(error).__name__, error)
                 else:
                     self._kept.append(trace)
-                    if self._thread is None:
-                        self._start_thread()
+                    if self._thread is None or self._thread is not self._running:
+                        # (none yet, one just started, or one that never got
+                        # to run: see _thread_runs)
+                        self._ensure_thread()
                     if encoder.size >= self._wake_at:
                         self._wake_at = self.max_buffer_size + 1  # once per batch
-                        self._ensure_thread()
                         self._work_ready.notify()
                     return
             message = self._drop_summary(force=False)
