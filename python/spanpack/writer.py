@@ -234,21 +234,29 @@ class WriterStats(TypedDict):
     version: Optional[str]  # None until known
 
 
-# CPython 3.14 may leave a `with lock:` holding the lock: a signal handler
-# that raises just after __enter__ returns skips __exit__ (CPython
-# gh-148874, fixed in 3.15; 3.13 and older check for signals nowhere in
-# that window).  Signal handlers run in the main thread, so the methods a
-# program calls (write, flush, stop, stats) release on the way out whatever
-# such an exception left held below them: the flush thread, which needs the
-# lock, would otherwise wait forever.
-_WITH_MAY_SKIP_EXIT = sys.version_info[:2] == (3, 14)
+# A `with lock:` may leave the lock held when a signal handler raises just
+# after __enter__ returns: its __exit__ is skipped.  CPython 3.14 does so
+# (CPython gh-148874, fixed in 3.15), and so does 3.9 (bpo-29988, fixed in
+# 3.10); 3.10 to 3.13 check for signals nowhere in that window.  Signal
+# handlers run in the main thread, so the methods a program calls (write,
+# flush, stop, stats) release on the way out whatever such an exception left
+# held below them: the flush thread, which needs the lock, would otherwise
+# wait forever.
+_WITH_MAY_SKIP_EXIT = sys.version_info[:2] in ((3, 9), (3, 14))
 # How long a flush thread may take to begin running before it is taken for
 # dead and replaced; also how often flush() and stop() look again while
 # they wait.
 _THREAD_CHECK = 1.0
 
-
 _Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _depth(lock: Any) -> Optional[int]:
+    """How many times this thread holds `lock` (an RLock); None if it holds
+    it but cannot tell how often (3.9's RLock has no _recursion_count)."""
+    if hasattr(lock, "_recursion_count"):
+        return int(lock._recursion_count())
+    return None if lock._is_owned() else 0
 
 
 def _releases_leaked_lock(method: _Method) -> _Method:
@@ -258,12 +266,16 @@ def _releases_leaked_lock(method: _Method) -> _Method:
     @functools.wraps(method)
     def guarded(self: "AgentWriter", *args: Any, **kwargs: Any) -> Any:
         lock = self._lock
-        held = lock._recursion_count()  # this thread's depth on entry (0 unless re-entered)
+        held = _depth(lock)  # on entry: 0 unless re-entered
         try:
             return method(self, *args, **kwargs)
         finally:
-            while lock._recursion_count() > held:
-                lock.release()
+            if held is not None:
+                for _ in range(1 << 20):  # (bounded: release() raises once the lock is free)
+                    depth = _depth(lock)
+                    if depth is not None and depth <= held:
+                        break
+                    lock.release()
 
     return cast(_Method, guarded)
 

@@ -109,7 +109,7 @@ def test_a_signal_handler_raising_as_write_takes_the_lock_leaves_it_free(server,
     """CPython 3.14 skips a with statement's __exit__ when a signal handler
     raises just after __enter__ returns (CPython gh-148874): write() must
     leave its lock free after any exception a handler raises, or the flush
-    thread waits for it forever.  A timer fires every 0.05 ms while write()
+    thread waits for it forever (3.9 too: bpo-29988).  A timer fires every 0.05 ms while write()
     runs in a loop; each raise lands somewhere in write(), now and then in
     that window (on 3.14 without the release, about 100 of 1,000 raises
     leaked).  A raise inside Thread.start() comes out of write() as
