@@ -109,8 +109,8 @@ def test_a_signal_handler_raising_as_write_takes_the_lock_leaves_it_free(server,
     """CPython 3.14 skips a with statement's __exit__ when a signal handler
     raises just after __enter__ returns (CPython gh-148874): write() must
     leave its lock free after any exception a handler raises, or the flush
-    thread waits for it forever (3.9 too: bpo-29988).  A timer fires every 0.05 ms while write()
-    runs in a loop; each raise lands somewhere in write(), now and then in
+    thread waits for it forever (3.9 too: bpo-29988).  A one-shot timer of 0.02-0.06 ms fires while
+    write() runs in a loop; each raise lands somewhere in write(), now and then in
     that window (on 3.14 without the release, about 100 of 1,000 raises
     leaked).  A raise inside Thread.start() comes out of write() as
     threading's own KeyError, or kills the new thread before it runs: the
@@ -124,17 +124,24 @@ def test_a_signal_handler_raising_as_write_takes_the_lock_leaves_it_free(server,
             armed[0] = False
             raise Interrupt()
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
     trace = [{"trace_id": 1, "span_id": 1, "name": "n", "service": "s", "start_ns": 0}]
+
+    def write_until_the_alarm():
+        # (a loop of its own: CPython 3.13.0 let a signal's exception raised
+        # at the back edge of a loop ending a try body escape that try)
+        while armed[0]:
+            writer.write(trace)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
     raised = leaked = 0
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
-        for _ in range(1000):
-            # (one try block holds the loop: the handler raises only inside it)
+        for attempt in range(1000):
+            # (one try block holds the loop: the handler raises only inside
+            # it, and each one-shot timer has fired before the loop ends)
             try:
                 armed[0] = True
-                while armed[0]:
-                    writer.write(trace)
+                signal.setitimer(signal.ITIMER_REAL, 0.00002 + 0.00004 * (attempt % 7) / 7)
+                write_until_the_alarm()
             except Exception:  # Interrupt, or what threading's start() made of it
                 raised += 1
             if lock._is_owned():
