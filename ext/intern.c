@@ -72,6 +72,25 @@ strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *
 
 #define STRTABLE_INITIAL_CAPACITY 64
 
+/* Resize a byte-per-entry array (marks, lent) that the table has, if any:
+ * entries to come start at 0 (adding an entry leaves these bytes alone). */
+static int
+grow_entry_bytes(unsigned char **bytes, uint32_t old_capacity, uint32_t capacity)
+{
+    if (*bytes == NULL) {
+        return 0;
+    }
+    unsigned char *grown = PyMem_Realloc(*bytes, capacity);
+    if (grown == NULL) {
+        return -1;
+    }
+    if (capacity > old_capacity) {
+        memset(grown + old_capacity, 0, capacity - old_capacity);
+    }
+    *bytes = grown;
+    return 0;
+}
+
 /* Room for `capacity` entries.  Each array is replaced only once its larger
  * copy exists, so on failure the table is still whole at its old capacity. */
 static int
@@ -98,16 +117,9 @@ strtable_alloc(StringTable *table, uint32_t capacity)
         return -1;
     }
     table->hashes = hashes;
-    if (table->marks != NULL) {
-        unsigned char *marks = PyMem_Realloc(table->marks, capacity);
-        if (marks == NULL) {
-            return -1;
-        }
-        /* Entries to come start at 0 (strtable_insert leaves marks alone). */
-        if (capacity > table->capacity) {
-            memset(marks + table->capacity, 0, capacity - table->capacity);
-        }
-        table->marks = marks;
+    if (grow_entry_bytes(&table->marks, table->capacity, capacity) < 0 ||
+        grow_entry_bytes(&table->lent, table->capacity, capacity) < 0) {
+        return -1;
     }
     uint32_t *index_of = PyMem_Calloc(slots, sizeof(uint32_t));
     if (index_of == NULL) {
@@ -184,12 +196,12 @@ strtable_init(StringTable *table, Py_ssize_t encoded_capacity)
     return 0;
 }
 
-int
-strtable_use_marks(StringTable *table)
+static int
+use_entry_bytes(unsigned char **bytes, uint32_t capacity)
 {
-    if (table->marks == NULL) {
-        table->marks = PyMem_Calloc(table->capacity, 1);
-        if (table->marks == NULL) {
+    if (*bytes == NULL) {
+        *bytes = PyMem_Calloc(capacity, 1);
+        if (*bytes == NULL) {
             PyErr_NoMemory();
             return -1;
         }
@@ -197,15 +209,59 @@ strtable_use_marks(StringTable *table)
     return 0;
 }
 
+int
+strtable_use_marks(StringTable *table)
+{
+    return use_entry_bytes(&table->marks, table->capacity);
+}
+
+int
+strtable_use_lending(StringTable *table)
+{
+    return use_entry_bytes(&table->lent, table->capacity);
+}
+
+/* Drop the table's references to entries [from, to): those it lent are the
+ * borrower's now, and only their flags are cleared. */
+static void
+strtable_release(StringTable *table, uint32_t from, uint32_t to)
+{
+    if (table->lent == NULL) {
+        for (uint32_t i = from; i < to; i++) {
+            Py_DECREF(table->strings[i]);
+        }
+        return;
+    }
+    for (uint32_t i = from; i < to; i++) {
+        if (!table->lent[i]) {
+            Py_DECREF(table->strings[i]);
+        }
+    }
+    memset(table->lent + from, 0, to - from);
+}
+
+void
+strtable_reclaim(StringTable *table)
+{
+    if (table->lent == NULL) {
+        return;
+    }
+    for (uint32_t i = 0; i < table->count; i++) {
+        if (table->lent[i]) {
+            table->lent[i] = 0;
+            Py_INCREF(table->strings[i]);
+        }
+    }
+}
+
 void
 strtable_free(StringTable *table)
 {
-    for (uint32_t i = 0; i < table->count; i++) {
-        Py_DECREF(table->strings[i]);
-    }
+    strtable_release(table, 0, table->count);
     PyMem_Free(table->strings);
     PyMem_Free(table->hashes);
     PyMem_Free(table->marks);
+    PyMem_Free(table->lent);
     PyMem_Free(table->index_of);
     if (table->encoded.start != NULL) {
         outbuf_free(&table->encoded);
@@ -217,7 +273,7 @@ strtable_free(StringTable *table)
  * as a lookup). */
 static SP_ALWAYS_INLINE int
 strtable_add_inline(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
-                    void *arg, uint32_t *index)
+                    void *arg, uint32_t *index, StringTable *lender, uint32_t lender_index)
 {
     if (table->count == UINT32_MAX - 1) {
         PyErr_SetString(PyExc_ValueError, "string table is full");
@@ -237,11 +293,9 @@ strtable_add_inline(StringTable *table, PyObject *str, Py_hash_t hash, strtable_
         }
         strtable_rehash(table);
     }
-    uint32_t new_index = table->count++;
-    table->strings[new_index] = Py_NewRef(str);
-    table->hashes[new_index] = hash;
-    strtable_insert_slot(table, new_index);
-    *index = new_index;
+    unsigned char *lent =
+        lender != NULL && lender->lent != NULL ? &lender->lent[lender_index] : NULL;
+    (void)strtable_push(table, str, hash, lent, index); /* there is room now */
     return 0;
 }
 
@@ -259,14 +313,22 @@ strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_enco
             return 0;
         }
     }
-    return strtable_add_inline(table, str, hash, encode, arg, index);
+    return strtable_add_inline(table, str, hash, encode, arg, index, NULL, 0);
 }
 
 int
 strtable_add(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
              void *arg, uint32_t *index)
 {
-    return strtable_add_inline(table, str, hash, encode, arg, index);
+    return strtable_add_inline(table, str, hash, encode, arg, index, NULL, 0);
+}
+
+int
+strtable_add_from(StringTable *table, StringTable *local, uint32_t local_index,
+                  strtable_encode_fn encode, void *arg, uint32_t *index)
+{
+    return strtable_add_inline(table, local->strings[local_index], local->hashes[local_index],
+                               encode, arg, index, local, local_index);
 }
 
 void
@@ -289,9 +351,7 @@ strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len)
             strtable_unlink(table, index);
         }
     }
-    for (uint32_t i = count; i < old_count; i++) {
-        Py_DECREF(table->strings[i]);
-    }
+    strtable_release(table, count, old_count);
     if (table->marks != NULL) {
         /* The next strings to take these indexes start unmarked. */
         memset(table->marks + count, 0, old_count - count);

@@ -150,6 +150,10 @@ typedef struct {
      * growth and rollback, so inserting costs nothing; v1.0: what the text
      * means as a tag key, found once per entry, not per use). */
     unsigned char *marks;
+    /* By index, in tables that lend (strtable_use_lending; else NULL): 1
+     * while the entry's reference belongs to the table it was added to with
+     * strtable_add_from (kept 0 beyond count, like marks). */
+    unsigned char *lent;
     uint32_t count;
     uint32_t capacity;
     uint32_t *index_of; /* open addressing: 0 empty, else index + 1 */
@@ -166,6 +170,15 @@ int strtable_init(StringTable *table, Py_ssize_t encoded_capacity);
 /* Give the table its marks (every entry's 0); -1 and MemoryError if there
  * is no memory for them. */
 int strtable_use_marks(StringTable *table);
+/* Let strtable_add_from take over this table's references: a trace's own
+ * table (put()) that is emptied right after its join, when a string new to
+ * the payload would otherwise cost a reference taken by the payload and one
+ * dropped by the trace's table (several instructions each from CPython 3.12
+ * on, PEP 683). */
+int strtable_use_lending(StringTable *table);
+/* Take back every reference lent, before the table they went to drops its
+ * entries (a rolled-back or refused join). */
+void strtable_reclaim(StringTable *table);
 void strtable_free(StringTable *table);
 
 static inline int
@@ -250,6 +263,41 @@ int strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_
  * without the lookup. */
 int strtable_add(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
                  void *arg, uint32_t *index);
+
+/* strtable_add of entry `local_index` of `local`, taking over `local`'s
+ * reference when it lends. */
+int strtable_add_from(StringTable *table, StringTable *local, uint32_t local_index,
+                      strtable_encode_fn encode, void *arg, uint32_t *index);
+
+/* strtable_add with no encoding, inlined for the usual case that needs no
+ * growth (a call costs as much as the add): 1 when the table must grow or
+ * is full (nothing done: call strtable_add or strtable_add_from), else 0.
+ * `lent`: the lender's flag for this string, set instead of taking a
+ * reference; NULL to take one. */
+static SP_ALWAYS_INLINE int
+strtable_push(StringTable *table, PyObject *str, Py_hash_t hash, unsigned char *lent,
+              uint32_t *index)
+{
+    if (SP_UNLIKELY(strtable_insert_may_fail(table))) {
+        return 1;
+    }
+    uint32_t new_index = table->count++;
+    if (lent != NULL) {
+        *lent = 1;
+    }
+    else {
+        Py_INCREF(str);
+    }
+    table->strings[new_index] = str;
+    table->hashes[new_index] = hash;
+    size_t slot = (size_t)hash & table->mask;
+    while (table->index_of[slot] != 0) {
+        slot = (slot + 1) & table->mask;
+    }
+    table->index_of[slot] = new_index + 1;
+    *index = new_index;
+    return 0;
+}
 
 /* Index of `str` (an exact str or exact bytes), adding it when new.  The
  * encoded form of a new entry is written by `encode(arg, str, out)` unless

@@ -53,7 +53,7 @@ payload_encode_table_entry(void *arg, PyObject *key, OutBuf *out)
 }
 
 int
-part_init(EncodedPart *part, SpanpackState *state, int version)
+part_init(EncodedPart *part, SpanpackState *state, int version, int lends)
 {
     memset(part, 0, sizeof *part);
     if (outbuf_init_raw(&part->body, 4096) < 0) {
@@ -63,7 +63,8 @@ part_init(EncodedPart *part, SpanpackState *state, int version)
      * payload. */
     if (version != 4 &&
         (strtable_init(&part->strings, 1) < 0 || seed_table(&part->strings, state, NULL) < 0 ||
-         (version == V10_VERSION && strtable_use_marks(&part->strings) < 0))) {
+         (version == V10_VERSION && strtable_use_marks(&part->strings) < 0) ||
+         (lends && strtable_use_lending(&part->strings) < 0))) {
         part_free(part);
         return -1;
     }
@@ -109,7 +110,8 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
         /* A fresh seeded table; if even that cannot be had, keep the old. */
         StringTable small;
         if (strtable_init(&small, 1) == 0 && seed_table(&small, state, NULL) == 0 &&
-            (part->strings.marks == NULL || strtable_use_marks(&small) == 0)) {
+            (part->strings.marks == NULL || strtable_use_marks(&small) == 0) &&
+            (part->strings.lent == NULL || strtable_use_lending(&small) == 0)) {
             strtable_free(&part->strings);
             part->strings = small;
         }
@@ -266,6 +268,13 @@ payload_mark(const PayloadBuilder *payload)
 }
 
 void
+payload_release_part(PayloadBuilder *payload, PayloadMark mark, EncodedPart *part)
+{
+    strtable_reclaim(&part->strings);
+    payload_rollback(payload, mark);
+}
+
+void
 payload_rollback(PayloadBuilder *payload, PayloadMark mark)
 {
     outbuf_truncate(&payload->body, mark.body_len);
@@ -285,9 +294,9 @@ payload_rollback(PayloadBuilder *payload, PayloadMark mark)
  * (an entry was rolled back after its forecast; the strings added stay, as
  * a join adds them too), -1 on error. */
 static int
-append_forecast(PayloadBuilder *payload, const EncodedPart *part)
+append_forecast(PayloadBuilder *payload, EncodedPart *part)
 {
-    const StringTable *local = &part->strings;
+    StringTable *local = &part->strings;
     const IndexForecast *forecast = &part->forecast;
     uint32_t added = 0;
     for (uint32_t i = V05_FIXED_ENTRIES; i < local->count; i++) {
@@ -295,8 +304,8 @@ append_forecast(PayloadBuilder *payload, const EncodedPart *part)
             continue;
         }
         uint32_t index;
-        if (strtable_add(&payload->table, local->strings[i], local->hashes[i],
-                         payload_encode_table_entry, NULL, &index) < 0) {
+        if (strtable_add_from(&payload->table, local, i, payload_encode_table_entry, NULL,
+                              &index) < 0) {
             return -1;
         }
         added++;
@@ -549,7 +558,7 @@ done:
 }
 
 int
-payload_append(PayloadBuilder *payload, const EncodedPart *part)
+payload_append(PayloadBuilder *payload, EncodedPart *part)
 {
     if (mp_check_length(payload->trace_count + 1, "payload's trace array") < 0) {
         return -1;
@@ -576,7 +585,7 @@ payload_append(PayloadBuilder *payload, const EncodedPart *part)
         result = outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body));
     }
     if (result < 0) {
-        payload_rollback(payload, mark);
+        payload_release_part(payload, mark, part);
         return -1;
     }
     payload->trace_count++;

@@ -18,7 +18,10 @@ typedef struct {
     IndexForecast forecast; /* v0.5 put(); inactive (payload NULL) otherwise */
 } EncodedPart;
 
-int part_init(EncodedPart *part, SpanpackState *state, int version);
+/* `lends`: for a part emptied right after its join (put()), whose table's
+ * references to strings new to the payload then pass to the payload's table
+ * (strtable_use_lending); never for a part joined more than once. */
+int part_init(EncodedPart *part, SpanpackState *state, int version, int lends);
 /* Empty the part (its forecast inactive) for the next trace. */
 void part_reset(EncodedPart *part);
 /* After a huge trace: give back the memory of a part kept for reuse. */
@@ -104,12 +107,17 @@ typedef struct {
 
 PayloadMark payload_mark(const PayloadBuilder *payload);
 void payload_rollback(PayloadBuilder *payload, PayloadMark mark);
+/* Roll back (or, before payload_free, undo) the append of `part`, taking
+ * back first the references the part lent the payload. */
+void payload_release_part(PayloadBuilder *payload, PayloadMark mark, EncodedPart *part);
 
 /* Encodes a new entry of a payload's string table (a msgpack str). */
 int payload_encode_table_entry(void *arg, PyObject *key, OutBuf *out);
 
-/* Append one encoded trace; on failure the payload is unchanged. */
-int payload_append(PayloadBuilder *payload, const EncodedPart *part);
+/* Append one encoded trace; on failure the payload is unchanged.  A part
+ * that lends may lend the payload references: undo the append only with
+ * payload_release_part. */
+int payload_append(PayloadBuilder *payload, EncodedPart *part);
 
 /* The finished payload as bytes.  The builder must be freed afterwards
  * either way; on failure it is unchanged, and so it is on success unless its

@@ -132,9 +132,9 @@ v10_copy_run(char *to, const char *from, size_t size)
 }
 
 int
-v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
+v10_append_part(PayloadBuilder *payload, EncodedPart *part)
 {
-    const StringTable *local = &part->strings;
+    StringTable *local = &part->strings;
     StringTable *table = &payload->table;
     /* Each local string's payload id: on the stack for the usual trace (an
      * allocation would cost as much as joining a one-span trace). */
@@ -180,8 +180,12 @@ v10_append_part(PayloadBuilder *payload, const EncodedPart *part)
         PyObject *str = local->strings[local_index];
         Py_ssize_t size;
         const char *utf8 = v10_table_utf8(str, &size);
-        if (utf8 == NULL || strtable_insert(table, str, local->hashes[local_index], NULL, NULL,
-                                            &ids[local_index]) < 0) {
+        if (utf8 == NULL) {
+            goto error;
+        }
+        unsigned char *lent = local->lent != NULL ? &local->lent[local_index] : NULL;
+        if (strtable_push(table, str, local->hashes[local_index], lent, &ids[local_index]) != 0 &&
+            strtable_add_from(table, local, local_index, NULL, NULL, &ids[local_index]) < 0) {
             goto error;
         }
         mp_put_str_header(&payload->body, (uint32_t)size, 1);

@@ -117,9 +117,6 @@ v10_write_id(SpanWriter *w, uint32_t index)
     return holes_push(w->holes, outbuf_len(w->out), index);
 }
 
-/* `str`: an exact str of at most MAX_TEXT_LEN code points.  Written as a
- * hole in a part; in a payload as its id when streamed before, else as the
- * str itself, taking the next id. */
 /* `str` (an exact str of at most MAX_TEXT_LEN code points, with its hash)
  * is not in the table: written as a hole in a part; in a payload as the str
  * itself, taking the next id. */
@@ -143,7 +140,8 @@ v10_write_unseen_str(SpanWriter *w, PyObject *str, Py_hash_t hash, const char *f
         span_hold_values(w);
     }
     if (w->holes != NULL) {
-        if (strtable_insert(w->strings, str, hash, NULL, NULL, &index) < 0) {
+        if (strtable_push(w->strings, str, hash, NULL, &index) != 0 &&
+            strtable_add(w->strings, str, hash, NULL, NULL, &index) < 0) {
             return -1;
         }
         return v10_write_id(w, index);
@@ -152,7 +150,8 @@ v10_write_unseen_str(SpanWriter *w, PyObject *str, Py_hash_t hash, const char *f
     if (mp_write_str(w->out, utf8, size, 1) < 0) {
         return -1;
     }
-    if (strtable_insert(w->strings, str, hash, NULL, NULL, &index) < 0) {
+    if (strtable_push(w->strings, str, hash, NULL, &index) != 0 &&
+        strtable_add(w->strings, str, hash, NULL, NULL, &index) < 0) {
         outbuf_truncate(w->out, before);
         return -1;
     }

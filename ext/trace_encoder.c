@@ -261,7 +261,7 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         spanfields_init(&self->reader, Py_None, state->span_field_warning, &state->fast_paths) <
             0 ||
         payload_init(&self->current, state, 4, 4096, 0) < 0 ||
-        part_init(&self->scratch, state, 4) < 0) {
+        part_init(&self->scratch, state, 4, 1) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -338,7 +338,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     payload_seeded(&current);
-    if (part_init(&scratch, self->state, version_number) < 0) {
+    if (part_init(&scratch, self->state, version_number, 1) < 0) {
         payload_free(&current);
         spanfields_clear(&reader);
         return -1;
@@ -505,7 +505,7 @@ trace_encoder_encode_trace(TraceEncoderObject *self, PyObject *trace)
         return NULL;
     }
     encoded->version = self->version;
-    if (part_init(&encoded->part, self->state, self->version) < 0) {
+    if (part_init(&encoded->part, self->state, self->version, 0) < 0) {
         memset(&encoded->part, 0, sizeof encoded->part);
         Py_DECREF(encoded);
         return NULL;
@@ -674,7 +674,7 @@ seal_current_and_start_new(TraceEncoderObject *self)
  * atomic; free-threaded builds hold the encoder's critical section.  Nothing
  * changes unless the trace is accepted. */
 static PyObject *
-append_encoded(TraceEncoderObject *self, const EncodedPart *part)
+append_encoded(TraceEncoderObject *self, EncodedPart *part)
 {
     Py_ssize_t size_before = buffered_size(self);
     PayloadMark mark = payload_mark(&self->current);
@@ -689,7 +689,7 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
                 payload_after > self->max_payload_size;
     PayloadBuilder next;
     if (split) {
-        payload_rollback(&self->current, mark);
+        payload_release_part(&self->current, mark, part);
         if (buffer_payload_init(self, &next) < 0) {
             return NULL;
         }
@@ -704,10 +704,11 @@ append_encoded(TraceEncoderObject *self, const EncodedPart *part)
                     (self->max_payload_size > 0 && payload_after > self->max_payload_size);
     if (too_large || size_before + growth > self->max_size) {
         if (split) {
+            strtable_reclaim(&part->strings);
             payload_free(&next);
         }
         else {
-            payload_rollback(&self->current, mark);
+            payload_release_part(&self->current, mark, part);
         }
         if (growth > self->max_item_size) {
             return raise_limit(self->state->buffer_item_too_large_error, growth, "max_item_size",
@@ -745,7 +746,7 @@ trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
         part = &self->scratch;
     }
     else {
-        if (part_init(&own_part, self->state, self->version) < 0) {
+        if (part_init(&own_part, self->state, self->version, 1) < 0) {
             return NULL;
         }
         part = &own_part;

@@ -38,6 +38,6 @@ void v10_put_prefix(const PayloadBuilder *payload, OutBuf *head);
 
 /* Append an encoded part, resolving its holes against the payload's stream.
  * On failure the caller rolls the payload back. */
-int v10_append_part(PayloadBuilder *payload, const EncodedPart *part);
+int v10_append_part(PayloadBuilder *payload, EncodedPart *part);
 
 #endif /* SPANPACK_V10_H */

@@ -1,0 +1,146 @@
+"""put() hands the payload the trace table's own reference to each string new
+to the payload (v0.5, v1.0) instead of taking a second one.  Whatever happens
+to the join (accepted, split off into a payload of its own, refused for a
+limit), every string must end with exactly the references it started with,
+and every payload must be what an encoder that never saw the refused trace
+writes."""
+
+import itertools
+import sys
+
+import pytest
+
+import spanpack
+
+VERSIONS = ["v0.5", "v1.0"]
+
+
+_serial = itertools.count()
+
+
+def fresh(text):
+    """A str made at run time, unlike any other: not interned, not immortal,
+    so its reference count tells who holds it."""
+    return "".join([text, "-", str(next(_serial))])
+
+
+def make_trace(tag, spans=2):
+    trace = []
+    for index in range(spans):
+        trace.append({
+            "trace_id": 7,
+            "span_id": index + 1,
+            "parent_id": index,
+            "name": fresh("%s-name-%d" % (tag, index)),
+            "service": fresh("%s-service" % tag),
+            "resource": fresh("%s-resource-%d" % (tag, index)),
+            "start_ns": 1_000 + index,
+            "duration_ns": 10,
+            "meta": {fresh("%s-key-%d" % (tag, index)): fresh("%s-value-%d" % (tag, index))},
+            "metrics": {fresh("%s-metric" % tag): 1.5},
+        })
+    return trace
+
+
+def strings_of(trace):
+    out = []
+    for span in trace:
+        out += [span["name"], span["service"], span["resource"]]
+        out += list(span["meta"].keys()) + list(span["meta"].values()) + list(span["metrics"].keys())
+    return out
+
+
+def refcounts(traces):
+    return [sys.getrefcount(s) for trace in traces for s in strings_of(trace)]
+
+
+def release_scratch(encoder):
+    """put()'s scratch table keeps the last trace's entries until the next put."""
+    encoder.put([{"trace_id": 1, "span_id": 1, "name": "filler", "start_ns": 0}])
+    encoder.encode()
+
+
+def drain(encoder):
+    payloads = [payload for payload, _ in encoder.encode()]
+    release_scratch(encoder)
+    return payloads
+
+
+def expected_payloads(version, traces, **limits):
+    encoder = spanpack.TraceMsgPackEncoder(version, **limits)
+    for trace in traces:
+        encoder.put(trace)
+    return [payload for payload, _ in encoder.encode()]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_accepted_traces_leave_each_string_as_it_was(version):
+    traces = [make_trace("a"), make_trace("b"), make_trace("c")]
+    before = refcounts(traces)
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    for trace in traces:
+        encoder.put(trace)
+    # While buffered, the payload holds each string (the last trace's
+    # strings also sit in the scratch table): every count went up.
+    assert all(now > then for now, then in zip(refcounts(traces), before))
+    assert drain(encoder) == expected_payloads(version, traces)
+    assert refcounts(traces) == before
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_trace_split_off_into_the_next_payload(version):
+    first, second = make_trace("first"), make_trace("second")
+    # Room for one trace per payload: the second one is joined to the first
+    # payload, rolled back, and joined again to a payload of its own.
+    one = len(expected_payloads(version, [first])[0])
+    limits = {"max_payload_size": one + 40}
+    before = refcounts([first, second])
+    encoder = spanpack.TraceMsgPackEncoder(version, **limits)
+    encoder.put(first)
+    encoder.put(second)
+    payloads = drain(encoder)
+    assert len(payloads) == 2
+    assert payloads == expected_payloads(version, [first, second], **limits)
+    assert refcounts([first, second]) == before
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_trace_refused_after_a_split(version):
+    small, big = make_trace("small", spans=1), make_trace("big", spans=30)
+    one = len(expected_payloads(version, [small])[0])
+    limits = {"max_payload_size": one + 100}
+    before = refcounts([small, big])
+    encoder = spanpack.TraceMsgPackEncoder(version, **limits)
+    encoder.put(small)
+    with pytest.raises(spanpack.BufferItemTooLarge):
+        encoder.put(big)  # too large even for a payload of its own
+    assert drain(encoder) == expected_payloads(version, [small], **limits)
+    assert refcounts([small, big]) == before
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_trace_refused_for_a_full_buffer(version):
+    first, second = make_trace("first"), make_trace("second")
+    one = len(expected_payloads(version, [first])[0])
+    limits = {"max_size": one + one // 2}
+    before = refcounts([first, second])
+    encoder = spanpack.TraceMsgPackEncoder(version, **limits)
+    encoder.put(first)
+    with pytest.raises(spanpack.BufferFull):
+        encoder.put(second)
+    assert drain(encoder) == expected_payloads(version, [first], **limits)
+    assert refcounts([first, second]) == before
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_trace_put_again_after_its_payload_was_taken(version):
+    """The scratch table's entries lent to a payload that encode() then
+    handed out and freed: the next put() must not release them again."""
+    trace = make_trace("again")
+    before = refcounts([trace])
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    for _ in range(3):
+        encoder.put(trace)
+        assert [p for p, _ in encoder.encode()] == expected_payloads(version, [trace])
+    release_scratch(encoder)
+    assert refcounts([trace]) == before
