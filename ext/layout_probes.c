@@ -23,8 +23,8 @@
 
 #include <string.h>
 
-static const SpFastPaths all_on = {1, 1, 1};
-static const SpFastPaths all_off = {0, 0, 0};
+static const SpFastPaths all_on = {1, 1, 1, &PyLong_Type};
+static const SpFastPaths all_off = {0, 0, 0, NULL};
 
 /* The probe dicts and instances, made by Python code as users make them.
  * Instance attributes are never class attributes too, so an attribute
@@ -403,6 +403,7 @@ layout_probes_run(SpFastPaths *fast_paths, const char *disabled)
      * the way pydict.h reads a dict's. */
     fast_paths->instance_values = (unsigned char)(instances_ok && dicts_ok && !off.instance_values);
     fast_paths->int_digits = (unsigned char)(ints_ok && !off.int_digits);
+    fast_paths->exact_int = fast_paths->int_digits ? &PyLong_Type : NULL;
     status = 0;
 done:
     Py_XDECREF(result);

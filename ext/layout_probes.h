@@ -23,6 +23,9 @@ typedef struct {
     unsigned char dict_entries;    /* a dict's entry array (pydict.h) */
     unsigned char instance_values; /* an instance's values array (pyinstance.h) */
     unsigned char int_digits;      /* an exact int's digits (pyint.h) */
+    /* &PyLong_Type when int_digits is on, else NULL: pyint.h tests a value's
+     * type against it, one comparison for both questions. */
+    PyTypeObject *exact_int;
 } SpFastPaths;
 
 /* Fill `fast_paths`: each reader on when its probes agree with the public C

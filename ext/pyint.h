@@ -26,8 +26,8 @@ pyint_digits(const SpFastPaths *fast, PyObject *value, const digit **digits, Py_
              int *negative)
 {
 #ifdef SP_INT_DIGITS_IN_PLACE
-    if (!fast->int_digits || !PyLong_CheckExact(value)) {
-        return 0;
+    if (Py_TYPE(value) != fast->exact_int) {
+        return 0; /* a subclass, or the reader is off */
     }
     const PyLongObject *number = (const PyLongObject *)value;
 #if PY_VERSION_HEX >= 0x030C0000
