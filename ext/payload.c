@@ -304,8 +304,8 @@ append_forecast(PayloadBuilder *payload, EncodedPart *part)
             continue;
         }
         uint32_t index;
-        if (strtable_add_from(&payload->table, local, i, payload_encode_table_entry, NULL,
-                              &index) < 0) {
+        if (strtable_add_from(&payload->table, local, i, payload_encode_table_entry, NULL, &index) <
+            0) {
             return -1;
         }
         added++;
