@@ -16,9 +16,6 @@
 #define DEFAULT_MAX_SIZE (20 * 1024 * 1024)
 #define RETAINED_BUFFER (64 * 1024)
 #define MAX_SIZE_HINT (32 * 1024 * 1024)
-/* A buffered payload starts no larger than this: an idle encoder holds its
- * next payload's buffer, so a large payload's size is not kept. */
-#define MAX_BUFFER_SIZE_HINT (1024 * 1024)
 
 /* A payload's string table (v0.5, v1.0) is kept for the encoder's next
  * payload (see SpareTable).  Not on free-threaded builds: one-shot calls
@@ -53,10 +50,6 @@ typedef struct {
     int active_encodes;
     /* Capacity to start a one-shot payload with: the last one's size. */
     Py_ssize_t size_hint;
-    /* Capacity to start a buffered payload with: the last sealed one's size
-     * (0: none yet), so a steady stream of like payloads grows none of them
-     * by reallocation. */
-    Py_ssize_t buffer_size_hint;
     /* v1.0: the payload fields in front of the chunks (v10.h); else NULL. */
     PyObject *preamble;
     /* The last PayloadBuilder.id given to a buffered payload. */
@@ -205,26 +198,11 @@ encoder_payload_free(TraceEncoderObject *self, PayloadBuilder *payload)
     payload_free(payload);
 }
 
-/* The capacity hint after a payload of `size` bytes: a little over it,
- * bounded. */
-static Py_ssize_t
-size_hint_after(Py_ssize_t size)
-{
-    return size < MAX_SIZE_HINT ? size + size / 16 : MAX_SIZE_HINT;
-}
-
 /* A payload for the buffer, with an id of its own (see IndexForecast). */
 static int
 buffer_payload_init(TraceEncoderObject *self, PayloadBuilder *payload)
 {
-    Py_ssize_t capacity = self->buffer_size_hint;
-    if (capacity < 4096) {
-        capacity = 4096;
-    }
-    else if (capacity > MAX_BUFFER_SIZE_HINT) {
-        capacity = MAX_BUFFER_SIZE_HINT;
-    }
-    if (encoder_payload_init(self, payload, capacity, 0) < 0) {
+    if (encoder_payload_init(self, payload, 4096, 0) < 0) {
         return -1;
     }
     payload->id = ++self->payload_ids;
@@ -510,7 +488,8 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     result = payload_finish(&payload);
     if (result != NULL) {
         self->dropped_tags += dropped;
-        self->size_hint = size_hint_after(PyBytes_GET_SIZE(result));
+        Py_ssize_t size = PyBytes_GET_SIZE(result);
+        self->size_hint = size < MAX_SIZE_HINT ? size + size / 16 : MAX_SIZE_HINT;
     }
 done:
     encoder_payload_free(self, &payload);
@@ -684,7 +663,6 @@ error:
 static int
 seal_current_and_start_new(TraceEncoderObject *self)
 {
-    self->buffer_size_hint = size_hint_after(payload_size(&self->current));
     PayloadBuilder fresh;
     if (buffer_payload_init(self, &fresh) < 0) {
         return -1;
