@@ -109,10 +109,15 @@ def test_agent_same_spans_from_every_version(test_agent, traces):
         got = _agent_traces(test_agent, "v1.0", _encode("v1.0", _form(traces, "dict"), entry))
         assert_same(normalized(_zero_negative_times(got)), normalized(expected), "v1.0 " + entry)
     # v0.5 carries links and events as JSON meta: compared without them.
+    # It also leaves an empty origin out, so a span's own `_dd.origin` tag
+    # stays where v0.4's "" entry overrides it (docs/wire-format.md): such
+    # tags are left out of traces whose origin is "".
     plain = copy.deepcopy(traces)
     for trace in plain:
         for span in trace["spans"]:
             span["links"], span["events"] = [], []
+            if trace.get("origin") == "":
+                span["meta"].pop("_dd.origin", None)
     expected = _v05_shape(_zero_negative_times(
         _agent_traces(test_agent, "v0.4", _encode("v0.4", _form(plain, "dict"), "encode_traces"))))
     for entry in ENTRIES:
