@@ -299,6 +299,28 @@ strtable_push(StringTable *table, PyObject *str, Py_hash_t hash, unsigned char *
     return 0;
 }
 
+/* strtable_add with no encoding: inline unless the table must grow. */
+static SP_ALWAYS_INLINE int
+strtable_append(StringTable *table, PyObject *str, Py_hash_t hash, uint32_t *index)
+{
+    if (strtable_push(table, str, hash, NULL, index) == 0) {
+        return 0;
+    }
+    return strtable_add(table, str, hash, NULL, NULL, index);
+}
+
+/* strtable_add_from with no encoding: inline unless the table must grow. */
+static SP_ALWAYS_INLINE int
+strtable_append_from(StringTable *table, StringTable *local, uint32_t local_index, uint32_t *index)
+{
+    unsigned char *lent = local->lent != NULL ? &local->lent[local_index] : NULL;
+    if (strtable_push(table, local->strings[local_index], local->hashes[local_index], lent,
+                      index) == 0) {
+        return 0;
+    }
+    return strtable_add_from(table, local, local_index, NULL, NULL, index);
+}
+
 /* Index of `str` (an exact str or exact bytes), adding it when new.  The
  * encoded form of a new entry is written by `encode(arg, str, out)` unless
  * encode is NULL. */

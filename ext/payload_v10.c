@@ -180,12 +180,8 @@ v10_append_part(PayloadBuilder *payload, EncodedPart *part)
         PyObject *str = local->strings[local_index];
         Py_ssize_t size;
         const char *utf8 = v10_table_utf8(str, &size);
-        if (utf8 == NULL) {
-            goto error;
-        }
-        unsigned char *lent = local->lent != NULL ? &local->lent[local_index] : NULL;
-        if (strtable_push(table, str, local->hashes[local_index], lent, &ids[local_index]) != 0 &&
-            strtable_add_from(table, local, local_index, NULL, NULL, &ids[local_index]) < 0) {
+        if (utf8 == NULL ||
+            strtable_append_from(table, local, local_index, &ids[local_index]) < 0) {
             goto error;
         }
         mp_put_str_header(&payload->body, (uint32_t)size, 1);

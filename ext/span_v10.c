@@ -140,8 +140,7 @@ v10_write_unseen_str(SpanWriter *w, PyObject *str, Py_hash_t hash, const char *f
         span_hold_values(w);
     }
     if (w->holes != NULL) {
-        if (strtable_push(w->strings, str, hash, NULL, &index) != 0 &&
-            strtable_add(w->strings, str, hash, NULL, NULL, &index) < 0) {
+        if (strtable_append(w->strings, str, hash, &index) < 0) {
             return -1;
         }
         return v10_write_id(w, index);
@@ -150,8 +149,7 @@ v10_write_unseen_str(SpanWriter *w, PyObject *str, Py_hash_t hash, const char *f
     if (mp_write_str(w->out, utf8, size, 1) < 0) {
         return -1;
     }
-    if (strtable_push(w->strings, str, hash, NULL, &index) != 0 &&
-        strtable_add(w->strings, str, hash, NULL, NULL, &index) < 0) {
+    if (strtable_append(w->strings, str, hash, &index) < 0) {
         outbuf_truncate(w->out, before);
         return -1;
     }
