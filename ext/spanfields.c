@@ -495,6 +495,10 @@ layout_index(const SpFastPaths *fast_paths, SpanTypeLayout *layout, PyTypeObject
             layout->slot_offsets[layout->slot_count++] = layout->offset[i];
         }
     }
+    static const SpanField peeked[4] = {SF_SERVICE, SF_NAME, SF_RESOURCE, SF_SPAN_TYPE};
+    for (int k = 0; k < 4; k++) {
+        layout->peek_offset[k] = layout->offset[peeked[k]]; /* 0 unless a slot */
+    }
     layout->line_count = 0;
     for (int k = 0; k < layout->slot_count; k++) {
         Py_ssize_t line = layout->slot_offsets[k] & ~(Py_ssize_t)63;
@@ -1320,19 +1324,29 @@ spanvalues_own(SpanValues *values)
 #endif
 }
 
+/* The pointer in the slot at `offset`, or NULL for offset 0 (no slot).
+ * Offset 0 still loads the object's first word (always there), dropped
+ * without a branch; memcpy, as that word is no pointer. */
+static inline const PyObject *
+peek_slot(PyObject *span, Py_ssize_t offset)
+{
+    const PyObject *value;
+    memcpy(&value, (const char *)span + offset, sizeof value);
+    return offset != 0 ? value : NULL;
+}
+
 static void
 prefetch_slots(const SpanTypeLayout *layout, PyObject *span, SpanTextPeek *peek)
 {
     for (int k = 0; k < layout->slot_count; k++) {
         SP_PREFETCH(*(PyObject **)((char *)span + layout->slot_offsets[k]));
     }
-#define PEEK(field)                                                                                \
-    (layout->offset[field] ? *(PyObject **)((char *)span + layout->offset[field]) : NULL)
-    peek->service = PEEK(SF_SERVICE);
-    peek->name = PEEK(SF_NAME);
-    peek->resource = PEEK(SF_RESOURCE);
-    peek->span_type = PEEK(SF_SPAN_TYPE);
-#undef PEEK
+    if (peek != NULL) {
+        peek->service = peek_slot(span, layout->peek_offset[0]);
+        peek->name = peek_slot(span, layout->peek_offset[1]);
+        peek->resource = peek_slot(span, layout->peek_offset[2]);
+        peek->span_type = peek_slot(span, layout->peek_offset[3]);
+    }
 }
 
 void
@@ -1361,5 +1375,7 @@ spanfields_prefetch(const SpanFieldReader *reader, PyObject *span, SpanTextPeek 
             return;
         }
     }
-    memset(peek, 0, sizeof *peek);
+    if (peek != NULL) {
+        memset(peek, 0, sizeof *peek);
+    }
 }

@@ -109,6 +109,10 @@ typedef struct {
 typedef struct {
     PyTypeObject *type; /* strong reference; NULL when unused */
     unsigned int version_tag;
+    /* Byte offsets of the service, name, resource and span_type slots (0:
+     * not a slot), for spanfields_prefetch's peek: kept first and packed,
+     * where the prefetcher reads them without a wide displacement. */
+    Py_ssize_t peek_offset[4];
     /* The attribute names the accesses were resolved for: the reader's
      * `attribute`, or its `ddtrace_attribute` for ddtrace's own Span class
      * (recognised when no fields= is given). */
@@ -276,9 +280,9 @@ typedef struct {
 
 /* Ask the CPU to start loading what reading `span` will touch: the objects in
  * its slots (when its class layout is already known).  A hint only: no
- * references taken, no Python code, no errors.  `peek` receives the
- * addresses in the text fields' slots (NULL when not known): for more
- * prefetching only, never to be dereferenced. */
+ * references taken, no Python code, no errors.  `peek` (or NULL: not
+ * wanted) receives the addresses in the text fields' slots (NULL when not
+ * known): for more prefetching only, never to be dereferenced. */
 void spanfields_prefetch(const SpanFieldReader *reader, PyObject *span, SpanTextPeek *peek);
 
 /* Ask the CPU to start loading the parts of `span` that hold its fields,

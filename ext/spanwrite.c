@@ -952,7 +952,7 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
             SpanTextPeek next;
             spanfields_prefetch(w->reader,
                                 PySequence_Fast_GET_ITEM(trace, i + SPAN_VALUES_PREFETCH_DISTANCE),
-                                &next);
+                                w->cache != NULL ? &next : NULL);
             if (w->cache != NULL) {
                 /* The interned encodings the next span's text will need. */
                 strcache_prefetch(w->cache, next.service, 1);
