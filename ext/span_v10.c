@@ -665,12 +665,12 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     V10Writer *v10 = (V10Writer *)w;
     StringTable *table = w->strings;
     uint32_t index;
-    Py_hash_t hash;
     int tag;
+    /* -1: not an exact str whose hash is known, so not looked up below. */
+    Py_hash_t hash = SP_LIKELY(PyUnicode_CheckExact(key)) ? ((PyASCIIObject *)key)->hash : -1;
     /* Most keys are a str streamed before: its entry's mark says whether it
      * names a tag that may become a field (its text is read once per entry). */
-    if (SP_LIKELY(PyUnicode_CheckExact(key)) && (hash = ((PyASCIIObject *)key)->hash) != -1 &&
-        strtable_find(table, key, hash, &index)) {
+    if (SP_LIKELY(hash != -1) && strtable_find(table, key, hash, &index)) {
         unsigned int mark = table->marks[index]; /* v1.0 tables have marks */
         if (SP_UNLIKELY(mark != V10_MARK_PLAIN)) {
             if (mark == V10_MARK_UNKNOWN) {
@@ -697,9 +697,15 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (tag >= 0 && v10_take_meta_tag(v10, tag, key, value)) {
         return 0;
     }
-    if (check_tag_key(w, "meta", key) < 0 || check_meta_value(w, key, value) < 0 ||
-        v10_write_text_slow(w, key, "meta", key) < 0 ||
-        mp_write_byte(w->out, V10_TYPE_STRING) < 0) {
+    if (check_tag_key(w, "meta", key) < 0 || check_meta_value(w, key, value) < 0) {
+        return -1;
+    }
+    /* A key looked up above and not found (keys built per span, every key
+     * of a trace's own table) is written as new without a second lookup. */
+    int written = hash != -1 && PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN
+                      ? v10_write_unseen_str(w, key, hash, "meta", key)
+                      : v10_write_text_slow(w, key, "meta", key);
+    if (written < 0 || mp_write_byte(w->out, V10_TYPE_STRING) < 0) {
         return -1;
     }
     return v10_write_text(w, value, "meta", key);
