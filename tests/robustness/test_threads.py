@@ -110,11 +110,18 @@ def run_concurrently(encoder, make_trace, *, bad_every=0, puts=PUTS):
     payloads = []
     start = threading.Barrier(THREADS + 1)
     writers_done = threading.Event()
+    # Set once encode() has returned a payload: each writer waits for it
+    # half-way, so that encode() runs between puts however the threads are
+    # scheduled (a loaded machine once ran every put before the flusher's
+    # first encode()).
+    flushed = threading.Event()
 
     def writer(t):
         try:
             start.wait()
             for i in range(puts):
+                if i == puts // 2 and i > 0:
+                    flushed.wait(30)
                 trace = make_trace(t, i)
                 bad = bad_every and i % bad_every == bad_every - 1
                 if bad:
@@ -139,7 +146,10 @@ def run_concurrently(encoder, make_trace, *, bad_every=0, puts=PUTS):
         try:
             start.wait()
             while not writers_done.is_set():
-                payloads.extend(encoder.encode())
+                got = encoder.encode()
+                payloads.extend(got)
+                if got:
+                    flushed.set()
                 time.sleep(0.0005)
             payloads.extend(encoder.encode())
         except BaseException as e:  # pragma: no cover
