@@ -69,4 +69,22 @@ pydict_entries(const SpFastPaths *fast, PyObject *dict, DictEntries *entries)
 #endif
 }
 
+/* 1 when looking an exact str up in `dict` (a dict or subclass) can run no
+ * Python code, `fast` proven: every key is an exact str (a combined table of
+ * str keys, or a split one, which holds only str keys), so the lookup
+ * compares text and never calls a key's __eq__.  0 when not known. */
+static inline int
+pydict_has_only_str_keys(const SpFastPaths *fast, PyObject *dict)
+{
+#ifdef SP_DICT_ENTRIES_IN_PLACE
+    const PyDictObject *object = (const PyDictObject *)dict;
+    return fast->dict_entries &&
+           (object->ma_values != NULL || ((const SpDictKeys *)object->ma_keys)->dk_kind == 1);
+#else
+    (void)fast;
+    (void)dict;
+    return 0;
+#endif
+}
+
 #endif /* SPANPACK_PYDICT_H */

@@ -325,11 +325,21 @@ no_list_items(PyObject *value)
            (PyList_CheckExact(value) && PyList_GET_SIZE(value) == 0);
 }
 
+/* Could looking `_dd.p.tid` up in a span's meta run Python code (a key's
+ * __eq__)?  Not in a dict whose keys are all exact str, nor without meta. */
+static inline int
+trace_id_high_lookup_may_run_python(const SpanWriter *w, PyObject *meta)
+{
+    return !(meta == NULL || meta == Py_None ||
+             (PyDict_Check(meta) && pydict_has_only_str_keys(&w->state->fast_paths, meta)));
+}
+
 /* Could writing this span run Python code (after its fields are read)?  Only
  * these do: an int subclass's __bool__ / __index__ for `error`, converting
  * links or events, packing meta_struct values, looking `_dd.p.tid` up in a
- * meta dict (its keys' __eq__), and in lenient mode the repr of a bad value
- * whose tag is dropped.  A writer holding borrowed values owns them first. */
+ * meta dict with keys other than str, and in lenient mode the repr of a bad
+ * value whose tag is dropped.  A writer holding borrowed values owns them
+ * first. */
 static inline int
 span_may_run_python(const SpanWriter *w, const SpanValues *v, const TraceInfo *info)
 {
@@ -341,7 +351,8 @@ span_may_run_python(const SpanWriter *w, const SpanValues *v, const TraceInfo *i
            !no_list_items(links) || !no_list_items(events) ||
            !(meta_struct == NULL || meta_struct == Py_None ||
              (PyDict_CheckExact(meta_struct) && PyDict_GET_SIZE(meta_struct) == 0)) ||
-           (w->looks_up_trace_id_high && w->span_index == 0 && info->trace_id_high != 0);
+           (w->looks_up_trace_id_high && w->span_index == 0 && info->trace_id_high != 0 &&
+            trace_id_high_lookup_may_run_python(w, v->value[SF_META]));
 }
 
 /* The per-span fields, borrowed when that is safe (see SpanValues). */
