@@ -18,8 +18,9 @@ in one more), each executing this file's driver with that interpreter: in one
 process for everything, what a row cost depended on the heap and caches that
 the shapes measured before it left (whether realloc grew a buffer in place,
 where the v0.4 cache's strings landed), by up to 9%.  The interpreter's own
-allocator is used (pymalloc, as users run it; --pythonmalloc to change it).  The driver builds, from ``spanpack.samples``
-(quick sizes, at most --max-spans spans a shape), the spans as slotted
+allocator is used (pymalloc, as users run it; --pythonmalloc to change it).
+The driver builds, from ``spanpack.samples`` (quick sizes, at most
+--max-spans spans a shape), the spans as slotted
 objects, plain-class instances, dataclasses, dicts and, where ddtrace
 imports, ddtrace Spans (fields="ddtrace"), plus every class form of
 ``spanpack.user_spans`` (one trace of 1,000 spans), and makes each call
@@ -202,11 +203,8 @@ def measure(args, python, disable, progress):
         for run in RUNS:
             if ENTRY_OF_RUN[run[0]] not in args.entries:
                 continue
-            # One process per shape (and one for the user classes): what a
-            # call costs then depends on that shape alone, not on the heap
-            # and cache history every shape measured before it left behind
-            # (whether realloc grows a payload in place, where the v0.4
-            # cache's strings land), which moved single rows by up to 9%.
+            # One process per shape, and one for the user classes (see the
+            # module docstring: heap history moved rows by up to 9%).
             groups = [([shape], False) for shape in args.shapes]
             if not args.no_user_spans:
                 groups.append(([], True))

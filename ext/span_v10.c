@@ -199,23 +199,30 @@ v10_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
     return result;
 }
 
+/* Text not found in the table by `hash` (-1: not looked up, as it is no
+ * exact str with a known hash): a short str is written as new without a
+ * second lookup, anything else as v10_write_text_slow. */
+static SP_ALWAYS_INLINE int
+v10_write_text_not_found(SpanWriter *w, PyObject *value, Py_hash_t hash, const char *field,
+                         PyObject *key)
+{
+    if (hash != -1 && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
+        return v10_write_unseen_str(w, value, hash, field, key);
+    }
+    return v10_write_text_slow(w, value, field, key);
+}
+
 /* Text (str, bytes, bytearray; None as ""), streamed. */
 static SP_ALWAYS_INLINE int
 v10_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
     uint32_t index;
-    Py_hash_t hash;
-    /* Most text is a str streamed before, found by the hash it keeps; a
-     * short one that is not is written without a second lookup. */
-    if (SP_LIKELY(PyUnicode_CheckExact(value)) && (hash = ((PyASCIIObject *)value)->hash) != -1) {
-        if (strtable_find(w->strings, value, hash, &index)) {
-            return v10_write_id(w, index);
-        }
-        if (PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
-            return v10_write_unseen_str(w, value, hash, field, key);
-        }
+    /* Most text is a str streamed before, found by the hash it keeps. */
+    Py_hash_t hash = SP_LIKELY(PyUnicode_CheckExact(value)) ? ((PyASCIIObject *)value)->hash : -1;
+    if (SP_LIKELY(hash != -1) && strtable_find(w->strings, value, hash, &index)) {
+        return v10_write_id(w, index);
     }
-    return v10_write_text_slow(w, value, field, key);
+    return v10_write_text_not_found(w, value, hash, field, key);
 }
 
 /* A field key and its text. */
@@ -700,12 +707,10 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     if (check_tag_key(w, "meta", key) < 0 || check_meta_value(w, key, value) < 0) {
         return -1;
     }
-    /* A key looked up above and not found (keys built per span, every key
-     * of a trace's own table) is written as new without a second lookup. */
-    int written = hash != -1 && PyUnicode_GET_LENGTH(key) <= MAX_TEXT_LEN
-                      ? v10_write_unseen_str(w, key, hash, "meta", key)
-                      : v10_write_text_slow(w, key, "meta", key);
-    if (written < 0 || mp_write_byte(w->out, V10_TYPE_STRING) < 0) {
+    /* Looked up above: keys built per span, every key of a put() trace's
+     * own table. */
+    if (v10_write_text_not_found(w, key, hash, "meta", key) < 0 ||
+        mp_write_byte(w->out, V10_TYPE_STRING) < 0) {
         return -1;
     }
     return v10_write_text(w, value, "meta", key);
