@@ -3,12 +3,17 @@
 # sid (Debian 12's libc is too old for them), and linux arm64 (bookworm's
 # python3, 3.11) under qemu-user.  Needs root, as CI is.
 #
-#   scripts/ci_chroot.sh provision sid|arm64     # make it, or reuse it if complete
-#   scripts/ci_chroot.sh run sid|arm64 CMD...    # run CMD inside, in the repository
-#   scripts/ci_chroot.sh path sid|arm64          # where it lives
+#   scripts/ci_chroot.sh provision sid|arm64|dev     # make it, or reuse it if complete
+#   scripts/ci_chroot.sh run sid|arm64|dev CMD...    # run CMD inside, in the repository
+#   scripts/ci_chroot.sh path sid|arm64|dev          # where it lives
 #
-# SPANPACK_CHROOTS (default /var/cache/spanpack/chroots) holds them, as ci-sid
-# and ci-arm64.  A chroot is complete when its marker file holds this script's
+# dev is not CI's: sid's interpreters plus valgrind and the host's pyenv
+# CPython 3.11 (bound in read-only at its own path, with the libraries its
+# modules load), so that benchmarks/interpreter_table.sh measures 3.11, 3.14
+# and 3.15 with one gcc and one libc.
+#
+# SPANPACK_CHROOTS (default /var/cache/spanpack/chroots) holds them, as ci-sid,
+# ci-arm64 and ci-dev.  A chroot is complete when its marker file holds this script's
 # recipe for it; provisioning writes the marker last, so an interrupted run is
 # picked up (or, before debootstrap finished, started over) by the next one.
 #
@@ -28,16 +33,24 @@ log() { echo "ci_chroot: $*" >&2; }
 
 # --- what each chroot is -----------------------------------------------------
 recipe() {
+    EXTRA_BINDS=""
     case "$1" in
         sid)
             SUITE=sid ARCH=amd64
             PACKAGES="ca-certificates gcc libc6-dev python3.14 python3.14-dev python3.14-venv python3.15 python3.15-dev python3.15-venv"
             ;;
+        dev)
+            SUITE=sid ARCH=amd64
+            PACKAGES="ca-certificates gcc libc6-dev python3.14 python3.14-dev python3.14-venv python3.15 python3.15-dev python3.15-venv valgrind libssl3t64 zlib1g libbz2-1.0 liblzma5 libffi8 libsqlite3-0 libuuid1"
+            HOST_PYTHON="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11.* 2>/dev/null | sort -V | tail -n 1)"
+            [ -n "$HOST_PYTHON" ] || die "dev: no pyenv CPython 3.11 on the host (${PYENV_ROOT:-$HOME/.pyenv}/versions/3.11.*)"
+            EXTRA_BINDS="$HOST_PYTHON"
+            ;;
         arm64)
             SUITE=bookworm ARCH=arm64
             PACKAGES="ca-certificates gcc libc6-dev python3 python3-dev python3-venv"
             ;;
-        *) die "unknown chroot '$1' (sid or arm64)" ;;
+        *) die "unknown chroot '$1' (sid, arm64 or dev)" ;;
     esac
     DIR="$CHROOTS/ci-$1"
     MARKER="$DIR/.spanpack-provisioned"
@@ -112,11 +125,12 @@ sync_host_files() {
 }
 
 # Runs "$@" (a command for the chroot) in a private mount namespace with
-# /proc, /sys, /dev, the repository and the pip sources mounted.
+# /proc, /sys, /dev, the repository, the pip sources and the recipe's
+# EXTRA_BINDS mounted (all but the repository read-only).
 in_chroot() {
     local binds="$ROOT"
     local source
-    for source in $PIP_SOURCES; do [ -d "$source" ] && binds="$binds $source"; done
+    for source in $PIP_SOURCES $EXTRA_BINDS; do [ -d "$source" ] && binds="$binds $source"; done
     unshare --mount --propagation private -- /bin/bash -euc '
         dir=$1 root=$2 binds=$3; shift 3
         mount -t proc proc "$dir/proc"
@@ -206,7 +220,7 @@ run() {
     in_chroot "$@"
 }
 
-[ $# -ge 2 ] || die "usage: $0 provision|run|path sid|arm64 [CMD...]"
+[ $# -ge 2 ] || die "usage: $0 provision|run|path sid|arm64|dev [CMD...]"
 ACTION=$1 NAME=$2
 shift 2
 recipe "$NAME"

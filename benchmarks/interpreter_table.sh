@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The interpreter table of benchmarks/README.md (issue 18), from nothing: as
+# root on this machine kind (Debian 12 with pyenv's CPython 3.11).
+#
+#   benchmarks/interpreter_table.sh [OUT_DIR] [-- callgrind_interpreters.py options]
+#   benchmarks/interpreter_table.sh /tmp/table -- --shapes span_1 web --no-user-spans
+#
+# 1. scripts/ci_chroot.sh provision dev: a Debian sid chroot with CPython 3.14
+#    and 3.15, valgrind, and the host's pyenv 3.11 bound in, so that all three
+#    columns are built by one gcc against one libc (made once, then reused).
+# 2. Inside it, a copy of this working tree (uncommitted changes included; the
+#    in-place builds then do not touch the checkout) and a venv per
+#    interpreter with ddtrace where it installs (the ddtrace input form).
+# 3. Each interpreter builds the extension in that copy, with the flags it
+#    gives extensions, then the three measure side by side
+#    (callgrind_interpreters.py --json, PYTHONHASHSEED=0) and --merge prints
+#    the table, which is also kept in OUT_DIR/table.md (default
+#    /var/tmp/spanpack-interpreter-table) with each column's JSON and log.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+if [ "${1:-}" = --inside ]; then
+    shift
+    out=$1
+    shift
+    work=/var/tmp/spanpack-dev
+    src=$work/src
+    mkdir -p "$out"
+    host311=$(ls -d /root/.pyenv/versions/3.11.*/bin/python3.11 2>/dev/null | sort -V | tail -n 1)
+    declare -A pythons=([3.11]="$host311" [3.14]=python3.14 [3.15]=python3.15)
+    labels=(3.11 3.14 3.15)
+    for label in "${labels[@]}"; do
+        venv=$work/v${label/./}
+        [ -x "$venv/bin/python" ] || "${pythons[$label]}" -m venv "$venv"
+        # setuptools as pyproject.toml's build-system asks; ddtrace as [test] pins it.
+        "$venv/bin/pip" -q install 'setuptools>=77' 'ddtrace==4.2.3; python_version < "3.15"'
+        echo "== build with $label: $("$venv/bin/python" --version)"
+        (cd "$src" && "$venv/bin/python" setup.py -q build_ext --inplace --force 2>"$out/build-$label.log")
+        echo "   compiler warnings: $(grep -c 'warning:' "$out/build-$label.log" || true)"
+    done
+    pids=()
+    for label in "${labels[@]}"; do
+        PYTHONHASHSEED=0 python3.14 "$src/benchmarks/callgrind_interpreters.py" --no-build \
+            --max-spans 200 --json "$out/ir-${label/./}.json" \
+            --python "$label=$work/v${label/./}/bin/python" "$@" >"$out/run-$label.log" 2>&1 &
+        pids+=($!)
+    done
+    status=0
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    [ $status = 0 ] || { tail -n 20 "$out"/run-*.log; exit 1; }
+    python3.14 "$src/benchmarks/callgrind_interpreters.py" --merge \
+        "$out/ir-311.json" "$out/ir-314.json" "$out/ir-315.json" | tee "$out/table.md"
+    exit 0
+fi
+
+out=/var/tmp/spanpack-interpreter-table
+if [ $# -gt 0 ] && [ "$1" != -- ]; then
+    out=$1
+    shift
+fi
+[ "${1:-}" = -- ] && shift
+"$ROOT/scripts/ci_chroot.sh" provision dev
+chroot_dir=$("$ROOT/scripts/ci_chroot.sh" path dev)
+# The tree as it is now (tracked and untracked files git would keep), copied
+# to where the inside half builds and measures it.
+src=$chroot_dir/var/tmp/spanpack-dev/src
+rm -rf --one-file-system "$src"
+mkdir -p "$src"
+git -C "$ROOT" ls-files -z --cached --others --exclude-standard |
+    (cd "$ROOT" && tar --null -T - -cf -) | tar -xf - -C "$src"
+# OUT_DIR lives inside the chroot; the table is copied out beside it.
+"$ROOT/scripts/ci_chroot.sh" run dev bash benchmarks/interpreter_table.sh --inside "$out" "$@"
+mkdir -p "$out"
+cp "$chroot_dir$out"/* "$out"/
+echo "table: $out/table.md"
