@@ -32,8 +32,9 @@ if [ "${1:-}" = --inside ]; then
     for label in "${labels[@]}"; do
         venv=$work/v${label/./}
         [ -x "$venv/bin/python" ] || "${pythons[$label]}" -m venv "$venv"
-        # setuptools as pyproject.toml's build-system asks; ddtrace as [test] pins it.
-        "$venv/bin/pip" -q install 'setuptools>=77' 'ddtrace==4.2.3; python_version < "3.15"'
+        # setuptools as pyproject.toml's build-system asks; attrs and msgspec for the
+        # user classes (spanpack.user_spans); ddtrace as [test] pins it.
+        "$venv/bin/pip" -q install 'setuptools>=77' attrs msgspec 'ddtrace==4.2.3; python_version < "3.15"'
         echo "== build with $label: $("$venv/bin/python" --version)"
         (cd "$src" && "$venv/bin/python" setup.py -q build_ext --inplace --force 2>"$out/build-$label.log")
         echo "   compiler warnings: $(grep -c 'warning:' "$out/build-$label.log" || true)"

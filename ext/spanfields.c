@@ -495,6 +495,7 @@ layout_index(const SpFastPaths *fast_paths, SpanTypeLayout *layout, PyTypeObject
             layout->slot_offsets[layout->slot_count++] = layout->offset[i];
         }
     }
+    layout->span_call_fields = layout->call_fields & ~layout->instance_fields & SF_PER_SPAN_FIELDS;
     static const SpanField peeked[4] = {SF_SERVICE, SF_NAME, SF_RESOURCE, SF_SPAN_TYPE};
     for (int k = 0; k < 4; k++) {
         layout->peek_offset[k] = layout->offset[peeked[k]]; /* 0 unless a slot */
@@ -882,15 +883,22 @@ check_mapped_names(SpanFieldReader *reader, PyTypeObject *type, const FieldAcces
 static SP_NOINLINE SpanTypeLayout *layout_resolve(SpanFieldReader *reader, PyTypeObject *type,
                                                   PyObject *span, int *failed);
 
+/* Is `layout` the one for `type` as the class is now?  A changed class (e.g.
+ * a slot replaced by a property) gets a new version tag, and is resolved
+ * again. */
+static inline int
+layout_current(const SpanTypeLayout *layout, PyTypeObject *type)
+{
+    return layout->type == type && layout->version_tag != 0 &&
+           layout->version_tag == type->tp_version_tag && watched_unchanged(layout);
+}
+
 static inline SpanTypeLayout *
 layout_for(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int *failed)
 {
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         SpanTypeLayout *layout = &reader->layouts[i];
-        /* A changed class (e.g. a slot replaced by a property) gets a new
-         * version tag, and is resolved again. */
-        if (layout->type == type && layout->version_tag != 0 &&
-            layout->version_tag == type->tp_version_tag && watched_unchanged(layout)) {
+        if (layout_current(layout, type)) {
             reader->last_layout = i;
             return layout;
         }
@@ -1003,6 +1011,89 @@ read_instance_fields(SpanTypeLayout *layout, PyObject *span, uint32_t fields, Py
 #endif
 }
 
+/* The fields `calls` of `span` (of class `type`, held by the caller) that
+ * only a call reads, through `layout`'s accesses, as new references.  The
+ * accesses are owned first: a call may evict `layout` from the cache. */
+static int
+read_calls(const SpanTypeLayout *layout, PyObject *span, PyTypeObject *type, uint32_t calls,
+           SpanValues *values)
+{
+    PyObject *const *attributes = layout->attributes;
+    FieldAccess access[SF_COUNT];
+    for (uint32_t bits = calls; bits != 0; bits &= bits - 1) {
+        int i = __builtin_ctz(bits);
+        access[i] = layout->access[i];
+        Py_XINCREF(access[i].object);
+    }
+    int result = 0;
+    for (uint32_t bits = calls; bits != 0; bits &= bits - 1) {
+        int i = __builtin_ctz(bits);
+        if (result == 0 &&
+            read_access(span, type, &access[i], 0, attributes[i], &values->value[i]) < 0) {
+            values->failed = i;
+            result = -1;
+        }
+        Py_XDECREF(access[i].object);
+    }
+    return result;
+}
+
+/* Each field in `fields` of the non-dict `span` as a new reference, into
+ * values->value (NULL on entry; absent fields stay NULL).  The fields only a
+ * call reads come first (what those calls change in the span is seen in the
+ * others, as when they are borrowed: read_span_calls_first), then the rest,
+ * by the class the span has then.  Returns 0, or -1 with an exception set and
+ * values->failed naming the field (references already read stay in
+ * values->value, for the caller to release). */
+static int
+read_fields_owned(SpanFieldReader *reader, PyObject *span, uint32_t fields, SpanValues *values)
+{
+    /* A call may switch the span's class (freeing it) or evict this layout
+     * from the cache: the class is owned, the accesses are owned before any
+     * call, and the slots read before any Python code runs. */
+    PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
+    SpanTypeLayout *layout = layout_for(reader, type, span, &values->failed); /* of `type` */
+    if (layout == NULL) {
+        Py_DECREF(type);
+        return -1;
+    }
+    uint32_t calls = layout->call_fields & ~layout->instance_fields & fields;
+    if (calls != 0) {
+        int result = read_calls(layout, span, type, calls, values);
+        fields &= ~calls;
+        if (result == 0 && fields != 0 &&
+            !(Py_TYPE(span) == type && layout_current(layout, type))) {
+            /* A call changed the span's class: the rest as it is now (fewer
+             * fields each time, so this ends). */
+            result = read_fields_owned(reader, span, fields, values);
+            fields = 0;
+        }
+        if (result < 0 || fields == 0) {
+            Py_DECREF(type);
+            return result;
+        }
+    }
+    /* The rest: slots, the values array in place, or (when it cannot be read
+     * so) the instance __dict__, whose lookup may run a key's __eq__. */
+    uint32_t pending = layout->call_fields & fields;
+    uint32_t in_place = layout->instance_fields & pending;
+    if (in_place != 0 && read_instance_fields(layout, span, in_place, values->value)) {
+        for (uint32_t bits = in_place; bits != 0; bits &= bits - 1) {
+            Py_XINCREF(values->value[__builtin_ctz(bits)]);
+        }
+        pending &= ~in_place;
+    }
+    for (uint32_t bits = fields & ~pending; bits != 0; bits &= bits - 1) {
+        int i = __builtin_ctz(bits);
+        if (layout->access[i].source == FIELD_SLOT) {
+            values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + layout->offset[i]));
+        }
+    }
+    int result = read_calls(layout, span, type, pending, values);
+    Py_DECREF(type);
+    return result;
+}
+
 int
 spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
                 SpanValues *values)
@@ -1010,6 +1101,7 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
     values->first = first;
     values->last = last;
     values->borrowed = 0;
+    values->owned_mask = 0;
     values->failed = -1;
     for (int i = (int)first; i <= (int)last; i++) {
         values->value[i] = NULL;
@@ -1023,50 +1115,7 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
         }
         return 0;
     }
-    /* A getter may switch the span's class (freeing it) or evict this layout
-     * from the cache: the class and the accesses still to be made are owned
-     * first, and the slots read before any Python code runs. */
-    PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
-    SpanTypeLayout *layout = layout_for(reader, type, span, &values->failed); /* of `type` */
-    if (layout == NULL) {
-        Py_DECREF(type);
-        goto error;
-    }
-    PyObject *const *attributes = layout->attributes;
-    uint32_t pending = layout->call_fields & fields_mask(first, last);
-    uint32_t in_place = layout->instance_fields & pending;
-    if (in_place != 0 && read_instance_fields(layout, span, in_place, values->value)) {
-        for (int i = (int)first; i <= (int)last; i++) {
-            if (in_place & (1u << i)) {
-                Py_XINCREF(values->value[i]);
-            }
-        }
-        pending &= ~in_place;
-    }
-    FieldAccess calls[SF_COUNT];
-    for (int i = (int)first; i <= (int)last; i++) {
-        if (pending & (1u << i)) {
-            calls[i] = layout->access[i];
-            Py_XINCREF(calls[i].object);
-        }
-        else if (layout->access[i].source == FIELD_SLOT) {
-            values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + layout->offset[i]));
-        }
-    }
-    int result = 0;
-    for (int i = (int)first; i <= (int)last; i++) {
-        if (!(pending & (1u << i))) {
-            continue;
-        }
-        if (result == 0 &&
-            read_access(span, type, &calls[i], 0, attributes[i], &values->value[i]) < 0) {
-            values->failed = i;
-            result = -1;
-        }
-        Py_XDECREF(calls[i].object);
-    }
-    Py_DECREF(type);
-    if (result == 0) {
+    if (read_fields_owned(reader, span, fields_mask(first, last), values) == 0) {
         return 0;
     }
 error:
@@ -1169,17 +1218,29 @@ guard_end(SpanValues *values)
 }
 #endif
 
+/* Drop the references of the values of `fields`. */
+static SP_NOINLINE void
+release_fields(SpanValues *values, uint32_t fields)
+{
+    for (uint32_t bits = fields; bits != 0; bits &= bits - 1) {
+        Py_XDECREF(values->value[__builtin_ctz(bits)]);
+    }
+}
+
 void
 spanvalues_release(SpanValues *values)
 {
-    if (values->borrowed) {
-#ifdef SP_CHECK_BORROWED
-        guard_end(values);
-#endif
+    /* The loops apart, so that the usual case, borrowed values and no
+     * getter's result among them, sets up no stack frame. */
+    if (!values->borrowed) {
+        release_fields(values, fields_mask(values->first, values->last));
         return;
     }
-    for (int i = (int)values->first; i <= (int)values->last; i++) {
-        Py_XDECREF(values->value[i]);
+#ifdef SP_CHECK_BORROWED
+    guard_end(values);
+#endif
+    if (SP_UNLIKELY(values->owned_mask != 0)) {
+        release_fields(values, values->owned_mask);
     }
 }
 
@@ -1214,6 +1275,7 @@ mark_borrowed(SpanValues *values)
     values->first = SF_FIRST_PER_SPAN;
     values->last = SF_LAST_PER_SPAN;
     values->borrowed = 1;
+    values->owned_mask = 0;
     values->failed = -1;
 }
 
@@ -1249,11 +1311,92 @@ read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValue
     return 1;
 }
 
+#ifndef Py_GIL_DISABLED /* (spanfields_read_span borrows only under the GIL) */
+/* The per-span fields of `span` that `layout` (current for its class) keeps
+ * in slots and in the values array, borrowed, over values whose other
+ * per-span entries are set already; 0 when the values array cannot be read
+ * in place (nothing is read then). */
+static inline int
+read_span_in_place(SpanTypeLayout *layout, PyObject *span, SpanValues *values)
+{
+    if (layout->slot_field_count == SF_PER_SPAN_COUNT) {
+        /* Every field a slot: one straight run of loads. */
+        for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
+            values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
+        }
+        return 1;
+    }
+    uint32_t instance_fields = layout->instance_fields & SF_PER_SPAN_FIELDS;
+    if (instance_fields != 0 &&
+        !read_instance_fields(layout, span, instance_fields, values->value)) {
+        return 0;
+    }
+    for (int k = 0; k < layout->slot_field_count; k++) {
+        int field = layout->slot_fields[k];
+        values->value[field] = *(PyObject **)((char *)span + layout->offset[field]);
+    }
+    return 1;
+}
+
+/* spanfields_read_span for a span some of whose per-span fields, `calls`,
+ * only a call reads (a property's getter, a descriptor, a class attribute,
+ * a class's own attribute access).  Those calls come first, their results
+ * owned: any Python code they run has run before the other fields are read,
+ * so those can then be borrowed from the slots and the values array as on
+ * the fast path (were they read first, each would need a reference across
+ * the calls).  A call that changed the span's class, or left the values
+ * array unreadable in place, gets the others read as spanfields_read reads
+ * them. */
+static SP_NOINLINE int
+read_span_calls_first(SpanFieldReader *reader, SpanTypeLayout *layout, PyObject *span,
+                      uint32_t calls, SpanValues *values)
+{
+    values->first = SF_FIRST_PER_SPAN;
+    values->last = SF_LAST_PER_SPAN;
+    values->borrowed = 0;
+    values->owned_mask = 0;
+    values->failed = -1;
+    for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
+        values->value[i] = NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
+    int result = 0;
+    if (!layout_current(layout, type)) {
+        /* Resolving it ran Python code that changed the span's class. */
+        result = read_fields_owned(reader, span, SF_PER_SPAN_FIELDS, values);
+        goto done;
+    }
+    result = read_calls(layout, span, type, calls, values);
+    if (result < 0) {
+        goto done;
+    }
+    if (Py_TYPE(span) == type && layout_current(layout, type)) {
+        borrow_begin(values);
+        /* (In debug builds borrow_begin ran Python code.) */
+        if (Py_TYPE(span) == type && read_span_in_place(layout, span, values)) {
+            mark_borrowed(values);
+            values->owned_mask = calls;
+            Py_DECREF(type);
+            return 0;
+        }
+        borrow_cancel(values);
+    }
+    result = read_fields_owned(reader, span, SF_PER_SPAN_FIELDS & ~calls, values);
+done:
+    Py_DECREF(type);
+    if (result < 0) {
+        for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
+            Py_CLEAR(values->value[i]);
+        }
+    }
+    return result;
+}
+#endif
+
 int
 spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, SpanValues *values)
 {
 #ifndef Py_GIL_DISABLED /* without the GIL another thread could free them */
-    const uint32_t span_fields = SF_PER_SPAN_FIELDS;
     if (may_borrow && PyDict_Check(span)) {
         borrow_begin(values);
         if (read_dict_span_in_place(reader, span, values)) {
@@ -1272,31 +1415,21 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
             }
             return -1;
         }
+        if (layout->span_call_fields != 0) {
+            return read_span_calls_first(reader, layout, span, layout->span_call_fields, values);
+        }
         borrow_begin(values);
         /* Every field a slot, absent, or in the instance's values array:
          * nothing to call.  (Resolving the layout, and in debug builds
          * borrow_begin, ran Python code, which may have switched the span's
          * class or replaced this cache entry.) */
-        uint32_t instance_fields = layout->instance_fields & span_fields;
-        if ((layout->call_fields & ~instance_fields & span_fields) == 0 &&
-            layout->type == Py_TYPE(span)) {
-            if (layout->slot_field_count == SF_PER_SPAN_COUNT) {
-                /* Every field a slot: one straight run of loads. */
+        if (layout->type == Py_TYPE(span)) {
+            if (layout->slot_field_count != SF_PER_SPAN_COUNT) {
                 for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
-                    values->value[i] = *(PyObject **)((char *)span + layout->offset[i]);
+                    values->value[i] = NULL; /* the fields the class cannot have */
                 }
-                mark_borrowed(values);
-                return 0;
             }
-            for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
-                values->value[i] = NULL;
-            }
-            if (instance_fields == 0 ||
-                read_instance_fields(layout, span, instance_fields, values->value)) {
-                for (int k = 0; k < layout->slot_field_count; k++) {
-                    int field = layout->slot_fields[k];
-                    values->value[field] = *(PyObject **)((char *)span + layout->offset[field]);
-                }
+            if (read_span_in_place(layout, span, values)) {
                 mark_borrowed(values);
                 return 0;
             }
@@ -1316,9 +1449,12 @@ spanvalues_own(SpanValues *values)
         return;
     }
     for (int i = (int)values->first; i <= (int)values->last; i++) {
-        Py_XINCREF(values->value[i]);
+        if (!(values->owned_mask & (1u << i))) {
+            Py_XINCREF(values->value[i]);
+        }
     }
     values->borrowed = 0;
+    values->owned_mask = 0;
 #ifdef SP_CHECK_BORROWED
     guard_end(values);
 #endif

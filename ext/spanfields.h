@@ -138,6 +138,9 @@ typedef struct {
     const void *shared_keys;
     Py_ssize_t shared_key_count;
     Py_ssize_t position[SF_COUNT];
+    /* The per-span fields that only a call reads: call_fields less the
+     * instance_fields (read_span_calls_first reads them first). */
+    uint32_t span_call_fields;
     /* The slot fields among the per-span ones, packed. */
     signed char slot_fields[SF_COUNT];
     int slot_field_count;
@@ -227,6 +230,9 @@ typedef struct {
     PyObject *value[SF_COUNT];
     SpanField first, last;
     int borrowed;
+    /* While `borrowed`, bit i set: value[i] is a new reference nonetheless
+     * (a getter's result: see spanfields_read_span). */
+    uint32_t owned_mask;
     int failed; /* after a failed read: the field whose lookup raised */
 #ifdef SP_CHECK_BORROWED
     Py_tracefunc saved_profile; /* the thread's own, restored when owned */
@@ -244,9 +250,13 @@ int spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, Sp
                     SpanValues *values);
 void spanvalues_release(SpanValues *values);
 
-/* The per-span fields (SF_FIRST_PER_SPAN..SF_LAST_PER_SPAN) of `span`, borrowed when
- * `may_borrow` and its class keeps each of them in a slot or cannot have it,
- * else as spanfields_read gives them. */
+/* The per-span fields (SF_FIRST_PER_SPAN..SF_LAST_PER_SPAN) of `span`: when
+ * `may_borrow` and its class keeps them in slots or its instances' values
+ * arrays (or cannot have them), borrowed; when some of them are read by a
+ * call (a property's getter, a class attribute, ...), those calls are made
+ * first, their results owned (`owned_mask`), and the others then borrowed
+ * if the span and its class are still as they were; else as spanfields_read
+ * gives them. */
 int spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow,
                          SpanValues *values);
 

@@ -6,9 +6,11 @@ attributes); classes that change between calls; v0.4 string interning."""
 from __future__ import annotations
 
 import collections
+import sys
 
 import msgpack
 import types
+import warnings
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +24,7 @@ from tests.support import (
     VERSIONS,
     assert_all_paths_equal,
     describe_difference,
+    feed,
     logical_traces,
     spanpack_paths,
     good_span,
@@ -303,6 +306,148 @@ def test_subclass_overriding_a_slot_with_a_property(version):
     assert encode(version, [[base]]) == encode(version, [[dict_span(resource="sub:n", span_id=3)]])
     base.__class__ = Base
     assert encode(version, [[base]]) == encode(version, [[dict_span(resource="base-resource", span_id=3)]])
+
+
+# A span class some of whose fields only a call reads (a property here) has
+# those read first, then the others, in every mode and entry point: what a
+# getter does to its own span shows in the other fields, and the values it
+# replaces are never read.
+
+
+EVERY_VERSION = VERSIONS + ("v1.0",)
+
+
+def _class_with_getter(kind, getter):
+    """A span class keeping every field but `resource` (a property running
+    `getter(span)`) in slots or in its instances' values arrays."""
+    others = tuple(f for f in FIELDS if f != "resource")
+    namespace = {"resource": property(getter)}
+    if kind == "slots":
+        namespace["__slots__"] = others
+    return type("GetterSpan_" + kind, (), namespace)
+
+
+def _instance(cls, values):
+    span = cls()
+    for field, value in values.items():
+        if field != "resource":
+            setattr(span, field, value)
+    return span
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+@pytest.mark.parametrize("kind", ["slots", "plain"])
+@pytest.mark.parametrize("lenient", [False, True])
+def test_a_getter_changing_its_span_shows_in_the_other_fields(version, kind, lenient):
+    def resource(span):
+        # Each replaced value loses its last reference here.
+        span.name = "".join(["renamed-", str(span.span_id)])
+        span.meta = {"set-by": "".join(["the ", "getter"])}
+        return "r"
+
+    cls = _class_with_getter(kind, resource)
+    spans = [_instance(cls, dict_span(span_id=i, name="".join(["n-", str(i)]), meta={"k": str(i)}))
+             for i in range(1, 4)]
+    expected = encode(version, [[dict_span(span_id=i, name="renamed-%d" % i, meta={"set-by": "the getter"})
+                                 for i in range(1, 4)]])
+    assert_all_paths_equal(expected, spanpack_paths(version, [spans], lenient=lenient))
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+@pytest.mark.parametrize("lenient", [False, True])
+def test_a_getter_switching_its_span_class_has_the_others_read_by_the_new_class(version, lenient):
+    class After:
+        service = property(lambda self: "after's service")
+
+    def resource(span):
+        span.__class__ = After
+        return "r"
+
+    Before = _class_with_getter("plain", resource)
+    expected = encode(version, [[dict_span(service="after's service")]])
+    # A fresh span for each call (the first one leaves its span an After);
+    # the first call resolves After's layout, the later ones find it cached.
+    for path in ["encode_traces", "put", "encode_trace"] * 2:
+        encoder = spanpack.TraceMsgPackEncoder(version, lenient=lenient)
+        result = feed(encoder, path, [[_instance(Before, dict_span(service="before's"))]])
+        payload = {"encode_traces": lambda: result, "put": lambda: encoder.encode()[0][0],
+                   "encode_trace": lambda: encoder.join_encoded(result)}[path]()
+        assert payload == expected, (path, describe_difference(expected, payload))
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+def test_a_span_switched_to_another_class_while_its_layout_is_resolved(version):
+    """Resolving a class's layout can run Python code (here a showwarning hook
+    for its SpanFieldWarning: `tags`, not `meta`), which may move the span to
+    another class: a span whose class has a getter is then read as the class
+    it has once resolution is done, and the getter of the old one never runs."""
+    class After:  # every field in the instance
+        pass
+
+    def resource(span):
+        raise AssertionError("Before's getter ran for a span that is an After")
+
+    Before = _class_with_getter("plain", resource)
+
+    def make(cls, span_id):
+        span = _instance(cls, {k: v for k, v in dict_span(span_id=span_id).items() if k != "meta"})
+        span.tags = {"t": "v"}
+        return span
+
+    leader, span = make(After, 1), make(Before, 2)
+
+    def showwarning(message, category, *args, **kwargs):
+        if issubclass(category, spanpack.SpanFieldWarning) and Before.__name__ in str(message):
+            span.__class__ = After
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = showwarning
+        # The leader is read first, for the trace's own values; Before's
+        # layout is resolved when the second span's fields are read.
+        payload = spanpack.TraceMsgPackEncoder(version).encode_traces([[leader, span]])
+    assert type(span) is After
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = spanpack.TraceMsgPackEncoder(version).encode_traces([[make(After, 1), make(After, 2)]])
+    assert payload == expected, describe_difference(expected, payload)
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+def test_a_getter_asking_for_its_span_dict_leaves_the_values_readable(version):
+    """vars() in a getter may give the instance a __dict__ of its own (3.11
+    moves the values array into it): the other fields are then read from there."""
+    def resource(span):
+        vars(span)["name"] = "from vars"
+        return "r"
+
+    cls = _class_with_getter("plain", resource)
+    expected = encode(version, [[dict_span(name="from vars")]])
+    for _ in range(2):
+        assert_all_paths_equal(expected, spanpack_paths(version, [[_instance(cls, dict_span())]]))
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+@pytest.mark.parametrize("kind", ["slots", "plain"])
+@pytest.mark.parametrize("error", [0, "int subclass"])
+def test_a_span_read_with_a_getter_leaves_every_reference_count_as_it_was(version, kind, error):
+    """The getter's result is owned and the other fields borrowed; an `error`
+    whose __bool__ may run Python has the borrowed ones owned as well (each
+    released once either way)."""
+    class Flag(int):
+        pass
+
+    returned = "".join(["getter's ", "resource"])
+    cls = _class_with_getter(kind, lambda span: returned)
+    values = dict_span(name="".join(["a ", "name"]), meta={"".join(["k", "1"]): "".join(["v", "1"])},
+                       error=Flag(1) if error else 0)
+    span = _instance(cls, values)
+    # Objects of this test's own (0 is shared with everything else that runs).
+    watched = [returned, values["name"], values["meta"]] + ([values["error"]] if error else [])
+    before = [sys.getrefcount(obj) for obj in watched]
+    for _ in range(3):
+        spanpack_paths(version, [[span]])
+    assert [sys.getrefcount(obj) for obj in watched] == before
 
 
 @pytest.mark.parametrize("version", VERSIONS)
