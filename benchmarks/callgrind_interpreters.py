@@ -27,7 +27,15 @@ imports, ddtrace Spans (fields="ddtrace"), plus every class form of
 CALLS times; the last call (warm) is reported: the third, as the second
 still admits each repeated v0.4 string to the encoder's cache (a string is
 cached the second time it is seen), a one-time cost that made a one-span
-shape's second call up to 5% dearer than every later one.  The interpreters' builds are
+shape's second call up to 5% dearer than every later one.  Even in a
+process of its own, a row still depends on where the workloads and
+spanpack's buffers land in the heap (whether realloc grows a payload in
+place; which of the v0.4 cache's slots, picked by address, collide): the
+same build measured 1.02 to 1.07 times 3.11 on one row as the modules
+imported before it changed.  So each process runs --heap-shifts times
+(default 3), each after a different amount of heap padding (heap_padding),
+and each row is the median of those runs; the summary gives each column's
+widest spread.  The interpreters' builds are
 left in the tree (each its own ABI's file); the one built last for an ABI
 wins.  --disable passes SPANPACK_DISABLE_FAST_PATHS to every interpreter, to
 measure what each in-place reader saves (ARCHITECTURE.md's table).
@@ -39,6 +47,7 @@ import json
 import os
 import pickle
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -120,6 +129,15 @@ def workloads(spec):
     return out
 
 
+def heap_padding(shift):
+    """Objects kept alive before the workloads are built, so that heap shift
+    k lays the workloads and spanpack's buffers out differently: small
+    objects and str (pymalloc's pools) and buffers above pymalloc's limit
+    (the C allocator's heap, where the payloads grow)."""
+    return ([object() for _ in range(331 * shift)], ["pad-%d" % i for i in range(997 * shift)],
+            [bytes(600 + 37 * i) for i in range(23 * shift)])
+
+
 def driver(spec_path):
     import gc
 
@@ -128,6 +146,7 @@ def driver(spec_path):
     with open(spec_path) as f:
         spec = json.load(f)
     plan = []
+    padding = heap_padding(spec["heap_shift"])  # noqa: F841 (kept alive)
     work = workloads(spec)
     gc.collect()
     gc.disable()
@@ -162,15 +181,16 @@ def build_in_place(python, progress):
     return len(re.findall(r"warning:", proc.stderr))
 
 
-def valgrind_run(args, python, disable, run, shapes, user_spans, workdir, progress):
+def valgrind_run(args, python, disable, run, shapes, user_spans, heap_shift, workdir, progress):
     """{(shape, form, version): (spans, Ir of the last call)} for one entry
-    point, in one process: `shapes`, then (`user_spans`) the user classes."""
+    point, in one process: `shapes`, then (`user_spans`) the user classes,
+    built after heap_padding(heap_shift)."""
     name, function, kind = run
-    rundir = os.path.join(workdir, "%s-%s" % (name, "-".join(shapes) or "user_spans"))
+    rundir = os.path.join(workdir, "%s-%s-%d" % (name, "-".join(shapes) or "user_spans", heap_shift))
     fresh_rundir(rundir)
     spec = {"shapes": shapes, "versions": args.versions, "max_spans": args.max_spans,
             "records": args.records,
-            "user_spans": user_spans, "run": name,
+            "user_spans": user_spans, "run": name, "heap_shift": heap_shift,
             "plan": os.path.join(rundir, "plan.json")}
     # One hash seed for every column: str hashes place strings in spanpack's
     # caches and tables (and CPython's dicts), and a random seed per run
@@ -196,9 +216,11 @@ def valgrind_run(args, python, disable, run, shapes, user_spans, workdir, progre
 
 
 def measure(args, python, disable, progress):
-    """{(shape, form, version, entry): Ir per span}, fast paths, build warnings."""
+    """{(shape, form, version, entry): Ir per span, the median over the heap
+    shifts}, {same key: [Ir per span at each shift]}, fast paths, build
+    warnings."""
     warnings = None if args.no_build else build_in_place(python, progress)
-    results, fast_paths = {}, None
+    shifts, fast_paths = {}, None
     with tempfile.TemporaryDirectory(prefix="spanpack-callgrind-") as workdir:
         for run in RUNS:
             if ENTRY_OF_RUN[run[0]] not in args.entries:
@@ -209,12 +231,14 @@ def measure(args, python, disable, progress):
             if not args.no_user_spans:
                 groups.append(([], True))
             for shapes, user_spans in groups:
-                counts, fast_paths = valgrind_run(args, python, disable, run, shapes, user_spans,
-                                                  workdir, progress)
-                for (shape, form, version), (spans, ir) in counts.items():
-                    key = (shape, form, version, ENTRY_OF_RUN[run[0]])
-                    results[key] = results.get(key, 0) + ir / spans
-    return results, fast_paths, warnings
+                for shift in range(args.heap_shifts):
+                    counts, fast_paths = valgrind_run(args, python, disable, run, shapes, user_spans,
+                                                      shift, workdir, progress)
+                    for (shape, form, version), (spans, ir) in counts.items():
+                        key = (shape, form, version, ENTRY_OF_RUN[run[0]])
+                        shifts.setdefault(key, [0.0] * args.heap_shifts)[shift] += ir / spans
+    results = {key: statistics.median(values) for key, values in shifts.items()}
+    return results, shifts, fast_paths, warnings
 
 
 def main(argv=None):
@@ -243,20 +267,27 @@ def main(argv=None):
     parser.add_argument("--merge", nargs="+", metavar="JSON",
                         help="measure nothing: print the table of earlier --json files (their "
                         "columns in this order), e.g. one run per interpreter made in parallel")
+    parser.add_argument("--heap-shifts", type=int, default=3,
+                        help="run each process this many times, each after a different amount of "
+                        "heap padding, and report each row's median (default 3; see the docstring)")
     parser.add_argument("--valgrind", default="valgrind")
     args = parser.parse_args(argv)
     if args.driver:
         driver(args.driver)
         return 0
     if args.merge:
-        columns, table = [], {}
+        columns, table, spreads = [], {}, {}
         for path in args.merge:
             with open(path) as f:
                 for label, results in json.load(f).items():
+                    rows = {tuple(k.split("/")): v for k, v in results.items()}
+                    if label.startswith("_shifts "):
+                        spreads[label[len("_shifts "):]] = rows
+                        continue
                     columns.append(label)
-                    table[label] = {tuple(k.split("/")): v for k, v in results.items()}
+                    table[label] = rows
         args.shapes = args.shapes or sorted({k[0] for r in table.values() for k in r})
-        print_table(columns, table, args.shapes, [])
+        print_table(columns, table, args.shapes, [], spreads)
         return 0
     if not args.python:
         parser.error("give at least one --python LABEL=PATH")
@@ -275,31 +306,36 @@ def main(argv=None):
     def progress(message):
         print(message, file=sys.stderr, flush=True)
 
-    columns, table, notes = [], {}, []
+    columns, table, notes, spreads = [], {}, [], {}
     for item in args.python:
         label, _, python = item.partition("=")
         python, _, disable = python.partition("@")
         progress("== %s (%s)" % (label, python))
         try:
-            results, fast_paths, warnings = measure(args, python, disable or args.disable, progress)
+            results, by_shift, fast_paths, warnings = measure(args, python, disable or args.disable,
+                                                              progress)
         except RuntimeError as exc:
             progress(str(exc))
             return 1
         columns.append(label)
         table[label] = results
+        spreads[label] = by_shift
         notes.append("%s: fast paths %s%s" % (
             label, ",".join(fast_paths) or "none",
             "" if warnings is None else ", %d compiler warnings" % warnings))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({label: {"/".join(k): v for k, v in results.items()}
-                       for label, results in table.items()}, f, indent=1)
+            out = {label: {"/".join(k): v for k, v in results.items()} for label, results in table.items()}
+            # Each row at every heap shift, for the spread (not a column).
+            out.update({"_shifts " + label: {"/".join(k): v for k, v in by_shift.items()}
+                        for label, by_shift in spreads.items()})
+            json.dump(out, f, indent=1)
 
-    print_table(columns, table, args.shapes, notes)
+    print_table(columns, table, args.shapes, notes, spreads)
     return 0
 
 
-def print_table(columns, table, shapes, notes):
+def print_table(columns, table, shapes, notes, spreads=None):
     """The markdown table: Ir/span per column, then each column over the first."""
     reference = columns[0]
     keys = sorted({k for results in table.values() for k in results},
@@ -333,6 +369,12 @@ def print_table(columns, table, shapes, notes):
             rows = sum(1 for k in keys if table[reference].get(k) and k in table[c])
             print("- %s: highest ratio to %s %.3f (%s); %d of %d rows above %.2f"
                   % (c, reference, ratio, " ".join(key), above, rows, TARGET))
+    for label, by_shift in (spreads or {}).items():
+        spread = {k: max(v) / min(v) - 1 for k, v in by_shift.items() if len(v) > 1 and min(v) > 0}
+        if spread:
+            key = max(spread, key=spread.get)
+            print("- %s: a row's Ir/span over the %d heap shifts differs by up to %.1f%% (%s)"
+                  % (label, len(by_shift[key]), 100 * spread[key], " ".join(key)))
     for note in notes:
         print("- " + note)
     print()
