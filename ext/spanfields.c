@@ -909,6 +909,7 @@ layout_for(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int *fai
 static SP_NOINLINE SpanTypeLayout *
 layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int *failed)
 {
+    reader->resolutions++;
     Py_INCREF(type);
     PyObject *const *attributes = reader->attribute;
     int ddtrace_span = reader->recognise_ddtrace ? is_ddtrace_span_class(reader, type) : 0;
@@ -1361,16 +1362,22 @@ read_span_calls_first(SpanFieldReader *reader, SpanTypeLayout *layout, PyObject 
     }
     PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
     int result = 0;
-    if (!layout_current(layout, type)) {
+    if (layout->type != type) {
         /* Resolving it ran Python code that changed the span's class. */
         result = read_fields_owned(reader, span, SF_PER_SPAN_FIELDS, values);
         goto done;
     }
+    unsigned long resolutions = reader->resolutions;
     result = read_calls(layout, span, type, calls, values);
     if (result < 0) {
         goto done;
     }
-    if (Py_TYPE(span) == type && layout_current(layout, type)) {
+    /* Borrowed reads by `layout` only if the calls left it as it was: no
+     * layout made meanwhile (the same entry remade for a changed class
+     * could keep one of `calls` in a slot, and the borrowed read would
+     * overwrite that call's owned result) and the class unchanged. */
+    if (reader->resolutions == resolutions && Py_TYPE(span) == type &&
+        layout_current(layout, type)) {
         borrow_begin(values);
         /* (In debug builds borrow_begin ran Python code.) */
         if (Py_TYPE(span) == type && read_span_in_place(layout, span, values)) {

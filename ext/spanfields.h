@@ -200,6 +200,11 @@ typedef struct {
     SpanTypeLayout layouts[SPAN_LAYOUT_CACHE];
     int next_layout; /* round-robin replacement */
     int last_layout; /* the layout used last: tried first by the prefetcher */
+    /* Layouts resolved so far: a reader that runs Python code (a getter)
+     * between finding a layout and using it tells by this whether the
+     * layout may have been remade meanwhile (the class changed, and code in
+     * that getter read a span of it with this reader). */
+    unsigned long resolutions;
     /* The module's proven fast paths, for the in-place readers. */
     SpFastPaths fast_paths;
 } SpanFieldReader;

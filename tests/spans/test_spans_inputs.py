@@ -413,6 +413,112 @@ def test_a_span_switched_to_another_class_while_its_layout_is_resolved(version):
     assert payload == expected, describe_difference(expected, payload)
 
 
+# A getter that changes its own class and then, through the same encoder,
+# encodes another span of that class has the class's layout made again in
+# the same cache entry while the first span is being read.
+
+
+def _slotted_span_class():
+    cls = type("Remade", (), {"__slots__": FIELDS})
+    return cls, {field: cls.__dict__[field] for field in FIELDS}
+
+
+def _slotted(cls, members, **values):
+    """An instance of `cls` with every slot set through its own descriptor
+    (`members`; the class may have others under those names by then)."""
+    span = cls.__new__(cls)
+    for field in FIELDS:
+        members[field].__set__(span, values.get(field, dict_span().get(field)))
+    return span
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+@pytest.mark.parametrize("lenient", [False, True])
+@pytest.mark.parametrize("path", ["encode_traces", "put", "encode_trace"])
+def test_a_getter_making_its_field_a_slot_again_keeps_its_own_result(version, lenient, path):
+    """duration_ns is a property whose getter puts the slot back and encodes
+    another span: the slot is not read over the getter's result (which then
+    leaked, while the slot's value lost a reference it never had)."""
+    cls, members = _slotted_span_class()
+    encoder = spanpack.TraceMsgPackEncoder(version, lenient=lenient)
+    in_slot, returned = int("1234567890123"), int("987654321")
+
+    def duration_ns(span):
+        setattr(cls, "duration_ns", members["duration_ns"])
+        encoder.encode_traces([[_slotted(cls, members)]])
+        return returned
+
+    span = _slotted(cls, members, duration_ns=in_slot)
+    before = sys.getrefcount(in_slot), sys.getrefcount(returned)
+    for _ in range(3):
+        setattr(cls, "duration_ns", property(duration_ns))
+        result = feed(encoder, path, [[span]])
+        payload = {"encode_traces": lambda: result, "put": lambda: encoder.encode()[-1][0],
+                   "encode_trace": lambda: encoder.join_encoded(result)}[path]()
+        expected = encode(version, [[dict_span(duration_ns=returned)]])
+        assert payload == expected, describe_difference(expected, payload)
+    assert (sys.getrefcount(in_slot), sys.getrefcount(returned)) == before
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+@pytest.mark.parametrize("lenient", [False, True])
+def test_a_getter_making_its_field_a_class_attribute_keeps_its_own_result(version, lenient):
+    """The same with a plain class: the property gives way to a class
+    attribute, which the span then reads as a default from its class."""
+    class Plain:
+        pass
+
+    encoder = spanpack.TraceMsgPackEncoder(version, lenient=lenient)
+    default, returned = int("555555555"), int("987654321")
+
+    def make():
+        span = Plain()
+        for field, value in dict_span().items():
+            if field != "duration_ns":
+                setattr(span, field, value)
+        return span
+
+    def duration_ns(span):
+        Plain.duration_ns = default
+        encoder.encode_traces([[make()]])
+        return returned
+
+    span = make()
+    expected = encode(version, [[dict_span(duration_ns=returned)]])
+    counts = []
+    for _ in range(4):
+        Plain.duration_ns = property(duration_ns)
+        assert encoder.encode_traces([[span]]) == expected
+        del Plain.duration_ns
+        counts.append((sys.getrefcount(default), sys.getrefcount(returned)))
+    # (The encoder's cached layout of Plain keeps the default it last saw.)
+    assert len(set(counts[1:])) == 1, counts
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+def test_a_getter_making_another_slot_a_property_has_it_read_by_the_property(version):
+    """A slot turned into a property by a getter is read through that
+    property, in strict and lenient mode alike (strict mode wrote it absent)."""
+    payloads = []
+    for lenient in (False, True):
+        cls, members = _slotted_span_class()
+        encoder = spanpack.TraceMsgPackEncoder(version, lenient=lenient)
+        busy = []
+
+        def duration_ns(span):
+            if not busy:
+                busy.append(True)
+                setattr(cls, "service", property(lambda span: "from the property"))
+                encoder.encode_traces([[_slotted(cls, members)]])
+            return 7
+
+        span = _slotted(cls, members, service="from the slot")
+        setattr(cls, "duration_ns", property(duration_ns))
+        payloads.append(encoder.encode_traces([[span]]))
+    expected = encode(version, [[dict_span(service="from the property")]])
+    assert payloads == [expected, expected]
+
+
 @pytest.mark.parametrize("version", EVERY_VERSION)
 def test_a_getter_asking_for_its_span_dict_leaves_the_values_readable(version):
     """vars() in a getter may give the instance a __dict__ of its own (3.11
