@@ -340,13 +340,15 @@ strtable_rollback(StringTable *table, uint32_t count, Py_ssize_t encoded_len)
     uint32_t old_count = table->count;
     table->count = count;
     outbuf_truncate(&table->encoded, encoded_len);
-    if (old_count - count > count) {
-        /* Most of the table goes: rebuilding the index is cheaper. */
+    if ((size_t)(old_count - count) * 64 > table->mask + 1) {
+        /* Many entries for the size of the index go: rebuilding it (a memset
+         * of its slots, and the entries kept inserted again) is cheaper. */
         strtable_rehash(table);
     }
     else {
-        /* A few recent entries go (a failed trace): unlink just those, so a
-         * rejected trace costs its own size, not the table's. */
+        /* Few entries for the size of the index go (a failed trace, or a
+         * small trace in a put() table kept large): unlink just those, so
+         * they cost their own number, not the index's size. */
         for (uint32_t index = count; index < old_count; index++) {
             strtable_unlink(table, index);
         }

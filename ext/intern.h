@@ -167,6 +167,9 @@ typedef int (*strtable_encode_fn)(void *arg, PyObject *str, OutBuf *out);
 /* encoded_capacity: initial room for encoded entries (tables that never
  * encode, such as an encoded trace's local table, pass 1). */
 int strtable_init(StringTable *table, Py_ssize_t encoded_capacity);
+/* The most memory one entry of a table's capacity takes: its string and
+ * hash, its mark and lent bytes, and up to four 4-byte index slots. */
+#define STRTABLE_MAX_ENTRY_BYTES (sizeof(PyObject *) + sizeof(Py_hash_t) + 2 + 4 * sizeof(uint32_t))
 /* Give the table its marks (every entry's 0); -1 and MemoryError if there
  * is no memory for them. */
 int strtable_use_marks(StringTable *table);

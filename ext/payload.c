@@ -96,16 +96,25 @@ part_forecast_for(EncodedPart *part, const PayloadBuilder *payload)
 void
 part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
 {
-    int big_table = part->strings.strings != NULL && part->strings.capacity > 4096;
-    if (outbuf_capacity(&part->body) <= keep && !big_table &&
-        part->holes.capacity <= keep / (Py_ssize_t)sizeof(StringHole) &&
-        part->forecast.capacity <= keep / sizeof(ForecastEntry)) {
+    /* Each buffer is kept up to about `keep` bytes, so that a stream of big
+     * traces does not regrow them (realloc copies, the index rebuilt at
+     * every doubling) at every put(): a table entry takes 26-34 bytes (its
+     * string, hash, mark and lent bytes, two to four index slots). */
+    int big_table = part->strings.strings != NULL &&
+                    part->strings.capacity > (uint64_t)keep / STRTABLE_MAX_ENTRY_BYTES;
+    int big_holes = part->holes.capacity > keep / (Py_ssize_t)sizeof(StringHole);
+    int big_forecast = part->forecast.capacity > keep / sizeof(ForecastEntry);
+    if (outbuf_capacity(&part->body) <= keep && !big_table && !big_holes && !big_forecast) {
         return;
     }
     part_reset(part);
     outbuf_shrink_capacity(&part->body, keep);
-    holes_free(&part->holes);
-    forecast_free(&part->forecast);
+    if (big_holes) {
+        holes_free(&part->holes);
+    }
+    if (big_forecast) {
+        forecast_free(&part->forecast);
+    }
     if (big_table) {
         /* A fresh seeded table; if even that cannot be had, keep the old. */
         StringTable small;
