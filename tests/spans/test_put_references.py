@@ -144,3 +144,23 @@ def test_a_trace_put_again_after_its_payload_was_taken(version):
         assert [p for p, _ in encoder.encode()] == expected_payloads(version, [trace])
     release_scratch(encoder)
     assert refcounts([trace]) == before
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_small_traces_after_a_large_one_reuse_its_kept_table(version):
+    """A trace of thousands of strings leaves put()'s scratch table that
+    large; the small traces after it take their strings out of it one by one
+    (not by rebuilding its index), and each payload is still exactly what a
+    fresh encoder writes, with every reference back where it started."""
+    large = make_trace("large", spans=800)  # 4,800 distinct strings, above the old 4,096-entry bound
+    smalls = [make_trace("small-%d" % i) for i in range(5)]
+    traces = [large] + smalls + [large] + smalls
+    before = refcounts(traces)
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    for trace in traces:
+        encoder.put(trace)
+        [(payload, count)] = encoder.encode()
+        assert count == 1
+        assert payload == spanpack.TraceMsgPackEncoder(version).encode_traces([trace])
+    release_scratch(encoder)
+    assert refcounts(traces) == before
