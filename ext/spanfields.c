@@ -480,12 +480,16 @@ layout_index(const SpFastPaths *fast_paths, SpanTypeLayout *layout, PyTypeObject
     (void)attributes;
 #endif
     layout->call_fields = 0;
+    layout->getter_fields = 0;
     layout->slot_field_count = 0;
     layout->slot_count = 0;
     for (int i = 0; i < SF_COUNT; i++) {
         FieldSource source = layout->access[i].source;
         if (source != FIELD_SLOT && source != FIELD_ABSENT) {
             layout->call_fields |= 1u << i;
+        }
+        if (source != FIELD_SLOT && source != FIELD_ABSENT && source != FIELD_INSTANCE) {
+            layout->getter_fields |= 1u << i;
         }
         if (source != FIELD_SLOT || !(SF_PER_SPAN_FIELDS & (1u << i))) {
             continue;
@@ -1040,9 +1044,9 @@ read_calls(const SpanTypeLayout *layout, PyObject *span, PyTypeObject *type, uin
 }
 
 /* Each field in `fields` of the non-dict `span` as a new reference, into
- * values->value (NULL on entry; absent fields stay NULL).  The fields only a
- * call reads come first (what those calls change in the span is seen in the
- * others, as when they are borrowed: read_span_calls_first), then the rest,
+ * values->value (NULL on entry; absent fields stay NULL).  The fields a
+ * getter reads come first (what those getters change in the span is seen in
+ * the others, as when they are borrowed: read_span_calls_first), then the rest,
  * by the class the span has then.  Returns 0, or -1 with an exception set and
  * values->failed naming the field (references already read stay in
  * values->value, for the caller to release). */
@@ -1058,7 +1062,7 @@ read_fields_owned(SpanFieldReader *reader, PyObject *span, uint32_t fields, Span
         Py_DECREF(type);
         return -1;
     }
-    uint32_t calls = layout->call_fields & ~layout->instance_fields & fields;
+    uint32_t calls = layout->getter_fields & fields;
     if (calls != 0) {
         int result = read_calls(layout, span, type, calls, values);
         fields &= ~calls;
@@ -1339,19 +1343,21 @@ read_span_in_place(SpanTypeLayout *layout, PyObject *span, SpanValues *values)
     return 1;
 }
 
-/* spanfields_read_span for a span some of whose per-span fields, `calls`,
- * only a call reads (a property's getter, a descriptor, a class attribute,
- * a class's own attribute access).  Those calls come first, their results
- * owned: any Python code they run has run before the other fields are read,
- * so those can then be borrowed from the slots and the values array as on
- * the fast path (were they read first, each would need a reference across
- * the calls).  A call that changed the span's class, or left the values
- * array unreadable in place, gets the others read as spanfields_read reads
- * them. */
+/* spanfields_read_span for a span some of whose per-span fields cannot be
+ * read in place (layout->span_call_fields).  Those a getter reads (a
+ * property's, a descriptor's, a class attribute, a class's own attribute
+ * access: `calls`) come first, their results owned: any Python code they run
+ * has run before the other fields are read, so those can then be borrowed
+ * from the slots and the values array as on the fast path (were they read
+ * first, each would need a reference across the calls).  When other fields
+ * need a lookup too (an instance __dict__ not readable in place), a call
+ * changed the span's class, or the values array is no longer readable in
+ * place, the others are read as spanfields_read reads them. */
 static SP_NOINLINE int
 read_span_calls_first(SpanFieldReader *reader, SpanTypeLayout *layout, PyObject *span,
-                      uint32_t calls, SpanValues *values)
+                      SpanValues *values)
 {
+    uint32_t calls = layout->getter_fields & SF_PER_SPAN_FIELDS;
     values->first = SF_FIRST_PER_SPAN;
     values->last = SF_LAST_PER_SPAN;
     values->borrowed = 0;
@@ -1376,8 +1382,8 @@ read_span_calls_first(SpanFieldReader *reader, SpanTypeLayout *layout, PyObject 
      * layout made meanwhile (the same entry remade for a changed class
      * could keep one of `calls` in a slot, and the borrowed read would
      * overwrite that call's owned result) and the class unchanged. */
-    if (reader->resolutions == resolutions && Py_TYPE(span) == type &&
-        layout_current(layout, type)) {
+    if ((layout->span_call_fields & ~calls) == 0 && reader->resolutions == resolutions &&
+        Py_TYPE(span) == type && layout_current(layout, type)) {
         borrow_begin(values);
         /* (In debug builds borrow_begin ran Python code.) */
         if (Py_TYPE(span) == type && read_span_in_place(layout, span, values)) {
@@ -1423,7 +1429,7 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
             return -1;
         }
         if (layout->span_call_fields != 0) {
-            return read_span_calls_first(reader, layout, span, layout->span_call_fields, values);
+            return read_span_calls_first(reader, layout, span, values);
         }
         borrow_begin(values);
         /* Every field a slot, absent, or in the instance's values array:

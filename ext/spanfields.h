@@ -138,9 +138,15 @@ typedef struct {
     const void *shared_keys;
     Py_ssize_t shared_key_count;
     Py_ssize_t position[SF_COUNT];
-    /* The per-span fields that only a call reads: call_fields less the
-     * instance_fields (read_span_calls_first reads them first). */
+    /* The per-span fields that cannot be read in place: call_fields less the
+     * instance_fields (when there are any, the span goes through
+     * read_span_calls_first). */
     uint32_t span_call_fields;
+    /* The fields read by a getter: a descriptor's, the class's own attribute
+     * access, or a class attribute (a value only the class gives).  Read
+     * before any other field, as what a getter does to its span must show
+     * in the fields read after it. */
+    uint32_t getter_fields;
     /* The slot fields among the per-span ones, packed. */
     signed char slot_fields[SF_COUNT];
     int slot_field_count;
