@@ -63,4 +63,21 @@ sp_hash_address(const void *address)
     return (uint64_t)((uintptr_t)address >> 4) * 0x9E3779B97F4A7C15ULL;
 }
 
+/* A class's version tag while it is valid, else 0.  Up to CPython 3.12,
+ * modifying a class clears Py_TPFLAGS_VALID_VERSION_TAG, and 3.9 leaves the
+ * old tp_version_tag in place until the class's next attribute lookup gives
+ * it a new one (a layout cached for the class before the change was taken
+ * as current there); from 3.13 the flag is not kept, and modifying a class
+ * resets its tag. */
+static inline unsigned int
+sp_type_version_tag(const PyTypeObject *type)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    if (!(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+        return 0;
+    }
+#endif
+    return type->tp_version_tag;
+}
+
 #endif /* SPANPACK_COMPAT_H */

@@ -523,7 +523,7 @@ static inline int
 watched_unchanged(const SpanTypeLayout *layout)
 {
     for (int k = 0; k < layout->watched_count; k++) {
-        if (layout->watched[k]->tp_version_tag != layout->watched_tag[k]) {
+        if (sp_type_version_tag(layout->watched[k]) != layout->watched_tag[k]) {
             return 0;
         }
     }
@@ -542,11 +542,12 @@ watch_object_types(SpanTypeLayout *layout)
             continue; /* static types (property, int, str...) never change */
         }
         PyTypeObject *kind = Py_TYPE(object); /* kept alive by `object` */
-        if (kind->tp_version_tag == 0) {
+        unsigned int tag = sp_type_version_tag(kind);
+        if (tag == 0) {
             return 0;
         }
         layout->watched[layout->watched_count] = kind;
-        layout->watched_tag[layout->watched_count++] = kind->tp_version_tag;
+        layout->watched_tag[layout->watched_count++] = tag;
     }
     return 1;
 }
@@ -894,7 +895,7 @@ static inline int
 layout_current(const SpanTypeLayout *layout, PyTypeObject *type)
 {
     return layout->type == type && layout->version_tag != 0 &&
-           layout->version_tag == type->tp_version_tag && watched_unchanged(layout);
+           layout->version_tag == sp_type_version_tag(type) && watched_unchanged(layout);
 }
 
 static inline SpanTypeLayout *
@@ -931,7 +932,7 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
      * while the others run (Python code) changes it, and this layout is then
      * resolved again at the next span. */
     classify_attribute(type, attributes[0], &access[0], &offsets[0]);
-    unsigned int version_tag = type->tp_version_tag;
+    unsigned int version_tag = sp_type_version_tag(type);
     for (int i = 1; i < SF_COUNT; i++) {
         classify_attribute(type, attributes[i], &access[i], &offsets[i]);
     }
@@ -962,7 +963,7 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     layout_index(&reader->fast_paths, layout, type, attributes);
     layout->type = type; /* takes the reference held above */
     int watchable = watch_object_types(layout);
-    layout->version_tag = watchable && version_tag == type->tp_version_tag ? version_tag : 0;
+    layout->version_tag = watchable && version_tag == sp_type_version_tag(type) ? version_tag : 0;
     reader->last_layout = (int)(layout - reader->layouts);
     /* Releasing the replaced entry's objects can run finalizers, which may
      * use this reader and evict the entry just made: then make it again. */

@@ -520,6 +520,30 @@ def test_a_getter_making_another_slot_a_property_has_it_read_by_the_property(ver
 
 
 @pytest.mark.parametrize("version", EVERY_VERSION)
+@pytest.mark.parametrize("lenient", [False, True])
+def test_a_class_changed_by_a_getter_is_read_as_changed_at_its_next_span(version, lenient):
+    """Up to CPython 3.12 a changed class keeps its old version tag, marked
+    invalid, until its next attribute lookup: the layout cached for it must
+    not be taken as current meanwhile.  Both spans show the property that now
+    hides the slot (the first one's other fields are read after its getter)."""
+    cls, members = _slotted_span_class()
+    changed = []
+
+    def duration_ns(span):
+        if not changed:
+            changed.append(True)
+            setattr(cls, "service", property(lambda span: "from the property"))
+        return 7
+
+    setattr(cls, "duration_ns", property(duration_ns))
+    spans = [_slotted(cls, members, span_id=i, service="from the slot") for i in (1, 2)]
+    payload = spanpack.TraceMsgPackEncoder(version, lenient=lenient).encode_traces([spans])
+    expected = encode(version, [[dict_span(span_id=1, service="from the property"),
+                                 dict_span(span_id=2, service="from the property")]])
+    assert payload == expected, describe_difference(expected, payload)
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
 def test_a_getter_asking_for_its_span_dict_leaves_the_values_readable(version):
     """vars() in a getter may give the instance a __dict__ of its own (3.11
     moves the values array into it): the other fields are then read from there."""
