@@ -1018,11 +1018,15 @@ read_instance_fields(SpanTypeLayout *layout, PyObject *span, uint32_t fields, Py
 }
 
 /* The fields `calls` of `span` (of class `type`, held by the caller) that
- * only a call reads, through `layout`'s accesses, as new references.  The
- * accesses are owned first: a call may evict `layout` from the cache. */
+ * `layout` reads by a call, as new references, each one's bit set in *done.
+ * The accesses are owned first: a call may evict `layout` from the cache.
+ * With `stop_at_change`, the calls stop after one that changed the span's
+ * class or had the reader make a layout: the calls left may read otherwise
+ * now (what a getter does to its class shows in the getters after it). */
 static int
-read_calls(const SpanTypeLayout *layout, PyObject *span, PyTypeObject *type, uint32_t calls,
-           SpanValues *values)
+read_calls(SpanFieldReader *reader, const SpanTypeLayout *layout, PyObject *span,
+           PyTypeObject *type, uint32_t calls, int stop_at_change, SpanValues *values,
+           uint32_t *done)
 {
     PyObject *const *attributes = layout->attributes;
     FieldAccess access[SF_COUNT];
@@ -1031,13 +1035,22 @@ read_calls(const SpanTypeLayout *layout, PyObject *span, PyTypeObject *type, uin
         access[i] = layout->access[i];
         Py_XINCREF(access[i].object);
     }
-    int result = 0;
+    unsigned long resolutions = reader->resolutions;
+    int result = 0, stopped = 0;
+    *done = 0;
     for (uint32_t bits = calls; bits != 0; bits &= bits - 1) {
         int i = __builtin_ctz(bits);
-        if (result == 0 &&
-            read_access(span, type, &access[i], 0, attributes[i], &values->value[i]) < 0) {
-            values->failed = i;
-            result = -1;
+        if (result == 0 && !stopped) {
+            if (read_access(span, type, &access[i], 0, attributes[i], &values->value[i]) < 0) {
+                values->failed = i;
+                result = -1;
+            }
+            else {
+                *done |= 1u << i;
+                stopped =
+                    stop_at_change && (reader->resolutions != resolutions ||
+                                       Py_TYPE(span) != type || !layout_current(layout, type));
+            }
         }
         Py_XDECREF(access[i].object);
     }
@@ -1065,10 +1078,11 @@ read_fields_owned(SpanFieldReader *reader, PyObject *span, uint32_t fields, Span
     }
     uint32_t calls = layout->getter_fields & fields;
     if (calls != 0) {
-        int result = read_calls(layout, span, type, calls, values);
-        fields &= ~calls;
+        uint32_t done;
+        int result = read_calls(reader, layout, span, type, calls, 1, values, &done);
+        fields &= ~done;
         if (result == 0 && fields != 0 &&
-            !(Py_TYPE(span) == type && layout_current(layout, type))) {
+            (done != calls || !(Py_TYPE(span) == type && layout_current(layout, type)))) {
             /* A call changed the span's class: the rest as it is now (fewer
              * fields each time, so this ends). */
             result = read_fields_owned(reader, span, fields, values);
@@ -1095,7 +1109,8 @@ read_fields_owned(SpanFieldReader *reader, PyObject *span, uint32_t fields, Span
             values->value[i] = Py_XNewRef(*(PyObject **)((char *)span + layout->offset[i]));
         }
     }
-    int result = read_calls(layout, span, type, pending, values);
+    uint32_t done;
+    int result = read_calls(reader, layout, span, type, pending, 0, values, &done);
     Py_DECREF(type);
     return result;
 }
@@ -1375,7 +1390,8 @@ read_span_calls_first(SpanFieldReader *reader, SpanTypeLayout *layout, PyObject 
         goto done;
     }
     unsigned long resolutions = reader->resolutions;
-    result = read_calls(layout, span, type, calls, values);
+    uint32_t done_calls;
+    result = read_calls(reader, layout, span, type, calls, 1, values, &done_calls);
     if (result < 0) {
         goto done;
     }
@@ -1383,8 +1399,9 @@ read_span_calls_first(SpanFieldReader *reader, SpanTypeLayout *layout, PyObject 
      * layout made meanwhile (the same entry remade for a changed class
      * could keep one of `calls` in a slot, and the borrowed read would
      * overwrite that call's owned result) and the class unchanged. */
-    if ((layout->span_call_fields & ~calls) == 0 && reader->resolutions == resolutions &&
-        Py_TYPE(span) == type && layout_current(layout, type)) {
+    if (done_calls == calls && (layout->span_call_fields & ~calls) == 0 &&
+        reader->resolutions == resolutions && Py_TYPE(span) == type &&
+        layout_current(layout, type)) {
         borrow_begin(values);
         /* (In debug builds borrow_begin ran Python code.) */
         if (Py_TYPE(span) == type && read_span_in_place(layout, span, values)) {
@@ -1395,7 +1412,7 @@ read_span_calls_first(SpanFieldReader *reader, SpanTypeLayout *layout, PyObject 
         }
         borrow_cancel(values);
     }
-    result = read_fields_owned(reader, span, SF_PER_SPAN_FIELDS & ~calls, values);
+    result = read_fields_owned(reader, span, SF_PER_SPAN_FIELDS & ~done_calls, values);
 done:
     Py_DECREF(type);
     if (result < 0) {

@@ -544,6 +544,34 @@ def test_a_class_changed_by_a_getter_is_read_as_changed_at_its_next_span(version
 
 
 @pytest.mark.parametrize("version", EVERY_VERSION)
+@pytest.mark.parametrize("lenient", [False, True])
+def test_a_getter_changing_its_class_is_seen_by_the_getters_after_it(version, lenient):
+    """The first getter of a span (service) replaces the class's property and
+    class attribute of two later fields: those are read as Python would read
+    them now, not by the accesses found before the first getter ran."""
+    def make():
+        class Changing:
+            __slots__ = ("trace_id", "span_id", "name", "start_ns")
+            span_type = "old type"
+            resource = property(lambda span: "old property")
+
+            @property
+            def service(self):
+                type(self).span_type = "new type"
+                type(self).resource = property(lambda span: "new property")
+                return "s"
+
+        span = Changing()
+        span.trace_id, span.span_id, span.name, span.start_ns = 1, 2, "n", 5
+        return span
+
+    expected = encode(version, [[{"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 5, "service": "s",
+                                  "resource": "new property", "span_type": "new type"}]])
+    payload = spanpack.TraceMsgPackEncoder(version, lenient=lenient).encode_traces([[make()]])
+    assert payload == expected, describe_difference(expected, payload)
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
 def test_a_getter_asking_for_its_span_dict_leaves_the_values_readable(version):
     """vars() in a getter may give the instance a __dict__ of its own (3.11
     moves the values array into it): the other fields are then read from there."""
