@@ -104,10 +104,13 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
                     part->strings.capacity > (uint64_t)keep / STRTABLE_MAX_ENTRY_BYTES;
     int big_holes = part->holes.capacity > keep / (Py_ssize_t)sizeof(StringHole);
     int big_forecast = part->forecast.capacity > keep / sizeof(ForecastEntry);
+    /* Emptied now, not at the next put(): the strings of this trace already
+     * in the payload are still the table's, and an idle encoder must not
+     * keep them alive (up to keep/26 of them). */
+    part_reset(part);
     if (outbuf_capacity(&part->body) <= keep && !big_table && !big_holes && !big_forecast) {
         return;
     }
-    part_reset(part);
     outbuf_shrink_capacity(&part->body, keep);
     if (big_holes) {
         holes_free(&part->holes);

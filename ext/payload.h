@@ -24,7 +24,8 @@ typedef struct {
 int part_init(EncodedPart *part, SpanpackState *state, int version, int lends);
 /* Empty the part (its forecast inactive) for the next trace. */
 void part_reset(EncodedPart *part);
-/* After a huge trace: give back the memory of a part kept for reuse. */
+/* After a put(): empty a part kept for reuse, releasing its strings, and
+ * give back what its buffers hold beyond about `keep` bytes each. */
 void part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep);
 void part_free(EncodedPart *part);
 
