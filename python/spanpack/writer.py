@@ -273,7 +273,7 @@ def _release_down_to(lock: Any, held: Optional[int]) -> None:
 def _releases_leaked_lock(method: _Method) -> _Method:
     @functools.wraps(method)
     def guarded(self: "AgentWriter", *args: Any, **kwargs: Any) -> Any:
-        lock = self._lock
+        lock: Any = self._lock  # _is_owned() is RLock's, untyped in typeshed
         # On entry the lock is not this thread's unless the call re-entered:
         # one test each way on the usual path, depths only when it is held.
         held = _depth(lock) if lock._is_owned() else 0
