@@ -237,6 +237,10 @@ layout_clear(SpanTypeLayout *layout)
     for (int i = 0; i < SF_COUNT; i++) {
         Py_CLEAR(layout->access[i].object);
     }
+    for (int k = 0; k < layout->watched_count; k++) {
+        Py_CLEAR(layout->watched[k]);
+    }
+    layout->watched_count = 0;
     memset(layout->offset, 0, sizeof layout->offset);
 }
 
@@ -269,6 +273,9 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
         Py_VISIT(reader->layouts[i].type);
         for (int k = 0; k < SF_COUNT; k++) {
             Py_VISIT(reader->layouts[i].access[k].object);
+        }
+        for (int k = 0; k < reader->layouts[i].watched_count; k++) {
+            Py_VISIT(reader->layouts[i].watched[k]);
         }
     }
     Py_VISIT(reader->ddtrace_context_type);
@@ -517,36 +524,41 @@ layout_index(const SpFastPaths *fast_paths, SpanTypeLayout *layout, PyTypeObject
     }
 }
 
-/* Have the classes of the layout's descriptors and defaults stayed as they
- * were?  (Their objects are held, but a class can gain or lose __get__.) */
+/* Have the layout's descriptors and defaults kept their classes, and those
+ * classes stayed as they were?  (The objects are held, but a class can gain
+ * or lose __get__, and an object can be given another class.) */
 static inline int
 watched_unchanged(const SpanTypeLayout *layout)
 {
     for (int k = 0; k < layout->watched_count; k++) {
-        if (sp_type_version_tag(layout->watched[k]) != layout->watched_tag[k]) {
+        PyTypeObject *kind = layout->watched[k];
+        if (Py_TYPE(layout->access[layout->watched_field[k]].object) != kind ||
+            sp_type_version_tag(kind) != layout->watched_tag[k]) {
             return 0;
         }
     }
     return 1;
 }
 
-/* Note the classes of the layout's objects that can change.  0 when one of
- * them has no version tag to watch (then the layout is never reused). */
+/* Note (owning them: an object given another class no longer keeps its
+ * old one alive) the classes of the layout's objects that can change.  0
+ * when one of them has no version tag to watch (then the layout is never
+ * reused).  The layout watches nothing on entry. */
 static int
 watch_object_types(SpanTypeLayout *layout)
 {
-    layout->watched_count = 0;
     for (int i = 0; i < SF_COUNT; i++) {
         PyObject *object = layout->access[i].object;
         if (object == NULL || !(Py_TYPE(object)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
             continue; /* static types (property, int, str...) never change */
         }
-        PyTypeObject *kind = Py_TYPE(object); /* kept alive by `object` */
+        PyTypeObject *kind = Py_TYPE(object);
         unsigned int tag = sp_type_version_tag(kind);
         if (tag == 0) {
             return 0;
         }
-        layout->watched[layout->watched_count] = kind;
+        layout->watched[layout->watched_count] = (PyTypeObject *)Py_NewRef((PyObject *)kind);
+        layout->watched_field[layout->watched_count] = (unsigned char)i;
         layout->watched_tag[layout->watched_count++] = tag;
     }
     return 1;
@@ -961,7 +973,8 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     memcpy(layout->offset, offsets, sizeof offsets);
     layout->attributes = attributes;
     layout_index(&reader->fast_paths, layout, type, attributes);
-    layout->type = type; /* takes the reference held above */
+    layout->type = type;       /* takes the reference held above */
+    layout->watched_count = 0; /* `previous` releases what it watched */
     int watchable = watch_object_types(layout);
     layout->version_tag = watchable && version_tag == sp_type_version_tag(type) ? version_tag : 0;
     reader->last_layout = (int)(layout - reader->layouts);
@@ -1078,11 +1091,15 @@ read_fields_owned(SpanFieldReader *reader, PyObject *span, uint32_t fields, Span
     }
     uint32_t calls = layout->getter_fields & fields;
     if (calls != 0) {
+        unsigned long resolutions = reader->resolutions;
         uint32_t done;
         int result = read_calls(reader, layout, span, type, calls, 1, values, &done);
         fields &= ~done;
+        /* A layout made meanwhile may be this entry remade for the changed
+         * class: current again, but with getters `calls` did not have. */
         if (result == 0 && fields != 0 &&
-            (done != calls || !(Py_TYPE(span) == type && layout_current(layout, type)))) {
+            (done != calls || reader->resolutions != resolutions ||
+             !(Py_TYPE(span) == type && layout_current(layout, type)))) {
             /* A call changed the span's class: the rest as it is now (fewer
              * fields each time, so this ends). */
             result = read_fields_owned(reader, span, fields, values);

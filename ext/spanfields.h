@@ -121,9 +121,12 @@ typedef struct {
     /* The classes of the objects in `access` that can change (heap types:
      * a descriptor class that loses __get__, a default's class that gains
      * it) and their version tags when resolved: a change to any of them
-     * makes the layout stale, as a change to `type` itself does. */
+     * makes the layout stale, as a change to `type` itself does, and so does
+     * an object given another class (strong references; watched_field: the
+     * field whose access object each is the class of). */
     PyTypeObject *watched[SF_COUNT];
     unsigned int watched_tag[SF_COUNT];
+    unsigned char watched_field[SF_COUNT];
     int watched_count;
     /* Byte offset of the field's slot in instances (FIELD_SLOT), else 0. */
     Py_ssize_t offset[SF_COUNT];

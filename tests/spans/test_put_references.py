@@ -74,8 +74,7 @@ def test_accepted_traces_leave_each_string_as_it_was(version):
     encoder = spanpack.TraceMsgPackEncoder(version)
     for trace in traces:
         encoder.put(trace)
-    # While buffered, the payload holds each string (the last trace's
-    # strings also sit in the scratch table): every count went up.
+    # While buffered, the payload holds each string: every count went up.
     assert all(now > then for now, then in zip(refcounts(traces), before))
     assert drain(encoder) == expected_payloads(version, traces)
     assert refcounts(traces) == before

@@ -6,6 +6,7 @@ attributes); classes that change between calls; v0.4 string interning."""
 from __future__ import annotations
 
 import collections
+import gc
 import sys
 
 import msgpack
@@ -569,6 +570,92 @@ def test_a_getter_changing_its_class_is_seen_by_the_getters_after_it(version, le
                                   "resource": "new property", "span_type": "new type"}]])
     payload = spanpack.TraceMsgPackEncoder(version, lenient=lenient).encode_traces([[make()]])
     assert payload == expected, describe_difference(expected, payload)
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+@pytest.mark.parametrize("lenient", [False, True])
+@pytest.mark.parametrize("first_getter_changes_class", [False, True])
+def test_a_getter_whose_class_is_resolved_again_meanwhile_still_runs_the_new_getters_first(
+        version, lenient, first_getter_changes_class):
+    """The meta getter turns the service slot into a property whose getter
+    renames the span, and encodes another span of the class with the same
+    encoder, which makes the class's cache entry again: current again, but
+    with one getter more.  That getter still runs before the slots are read,
+    so the span is encoded by its new name, as Python reads it (getters
+    first).  With a getter before meta that touches the class, meta runs in
+    a second batch of getters."""
+    encoders = []
+
+    def renaming_service(span):
+        span.name = "renamed"
+        return "from the new property"
+
+    class Remade:
+        __slots__ = ("trace_id", "span_id", "name", "start_ns", "service")
+
+        @property
+        def resource(self):
+            if first_getter_changes_class:
+                type(self).unrelated = object()
+            return "r"
+
+        @property
+        def meta(self):
+            if not isinstance(Remade.__dict__["service"], property):
+                Remade.service = property(renaming_service)
+                other = Remade()
+                other.trace_id, other.span_id, other.name, other.start_ns = 1, 9, "other", 1
+                encoders[0].encode_traces([[other]])
+            return {"k": "v"}
+
+    span = Remade()
+    span.trace_id, span.span_id, span.name, span.start_ns, span.service = 1, 2, "original", 5, "slot"
+    encoders.append(spanpack.TraceMsgPackEncoder(version, lenient=lenient))
+    payload = encoders[0].encode_traces([[span]])
+    expected = encode(version, [[{"trace_id": 1, "span_id": 2, "name": "renamed", "start_ns": 5,
+                                  "service": "from the new property", "resource": "r",
+                                  "meta": {"k": "v"}}]])
+    assert payload == expected, describe_difference(expected, payload)
+
+
+@pytest.mark.parametrize("version", EVERY_VERSION)
+def test_a_descriptor_given_another_class_is_read_by_its_new_class(version):
+    """A data descriptor on the class hides the instance's own resource; once
+    the descriptor object is given a class without __set__ (a non-data
+    descriptor), the instance's value wins, as in Python.  Its old class,
+    which only that object kept alive, is collected meanwhile: the cached
+    layout must not read it."""
+    def make_data_descriptor_class():
+        class Data:
+            def __get__(self, span, owner=None):
+                return "from the data descriptor"
+
+            def __set__(self, span, value):
+                raise AttributeError("read-only")
+        return Data
+
+    class NonData:
+        def __get__(self, span, owner=None):
+            return "from the non-data descriptor"
+
+    descriptor = make_data_descriptor_class()()
+
+    class Described:
+        resource = descriptor
+
+        def __init__(self):
+            self.trace_id, self.span_id, self.name, self.start_ns = 1, 2, "n", 5
+            self.__dict__["resource"] = "from the instance"
+
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    for resource in ["from the data descriptor", "from the instance"]:
+        assert Described().resource == resource
+        payload = encoder.encode_traces([[Described()]])
+        expected = encode(version, [[{"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 5,
+                                      "resource": resource}]])
+        assert payload == expected, describe_difference(expected, payload)
+        descriptor.__class__ = NonData
+        gc.collect()  # frees the data descriptor's class
 
 
 @pytest.mark.parametrize("version", EVERY_VERSION)
