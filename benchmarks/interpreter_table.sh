@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The interpreter tables of benchmarks/README.md (issue 18), from nothing: as
-# root on this machine kind (Debian 12 with pyenv's CPython 3.11).
+# root on this machine kind (Debian 12 with pyenv's CPython 3.11 and 3.13).
 #
 #   benchmarks/interpreter_table.sh [--wall] [OUT_DIR] [-- OPTIONS]
 #   benchmarks/interpreter_table.sh /tmp/table -- --shapes span_1 web --no-user-spans
 #   benchmarks/interpreter_table.sh --wall /tmp/wall
 #
 # 1. scripts/ci_chroot.sh provision dev: a Debian sid chroot with CPython 3.14
-#    and 3.15, valgrind, and the host's pyenv 3.11 bound in, so that all three
-#    are built by one gcc against one libc (made once, then reused).
+#    and 3.15, valgrind, and the host's pyenv 3.11 and 3.13 bound in, so that
+#    all four are built by one gcc against one libc (made once, then reused).
 # 2. Inside it, a copy of this working tree (uncommitted changes included; the
 #    in-place builds then do not touch the checkout) and a venv per
 #    interpreter with what the benchmarks import: attrs and msgspec (the user
@@ -16,7 +16,7 @@
 #    ddtrace where it installs (the ddtrace input form).
 # 3. Each interpreter builds the extension in that copy, with the flags it
 #    gives extensions (its compiler warnings are counted), then:
-#    - by default, instructions per span: the three measure side by side
+#    - by default, instructions per span: the four measure side by side
 #      (callgrind_interpreters.py --json OPTIONS, PYTHONHASHSEED=0) and
 #      --merge prints the table;
 #    - with --wall, wall time of the user classes: bench_user_spans.py
@@ -26,7 +26,7 @@
 #    /var/tmp/spanpack-interpreter-table), with each run's log.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-LABELS=(3.11 3.14 3.15)
+LABELS=(3.11 3.13 3.14 3.15)
 
 if [ "${1:-}" = --inside ]; then
     mode=$2 out=$3
@@ -34,8 +34,8 @@ if [ "${1:-}" = --inside ]; then
     work=/var/tmp/spanpack-dev
     src=$work/src
     mkdir -p "$out"
-    host311=$(ls -d /root/.pyenv/versions/3.11.*/bin/python3.11 2>/dev/null | sort -V | tail -n 1)
-    declare -A pythons=([3.11]="$host311" [3.14]=python3.14 [3.15]=python3.15)
+    host() { ls -d /root/.pyenv/versions/$1.*/bin/python$1 2>/dev/null | sort -V | tail -n 1; }
+    declare -A pythons=([3.11]="$(host 3.11)" [3.13]="$(host 3.13)" [3.14]=python3.14 [3.15]=python3.15)
     for label in "${LABELS[@]}"; do
         venv=$work/v${label/./}
         [ -x "$venv/bin/python" ] || "${pythons[$label]}" -m venv "$venv"
@@ -64,8 +64,9 @@ if [ "${1:-}" = --inside ]; then
     status=0
     for pid in "${pids[@]}"; do wait "$pid" || status=1; done
     [ $status = 0 ] || { tail -n 20 "$out"/run-*.log; exit 1; }
-    python3.14 "$src/benchmarks/callgrind_interpreters.py" --merge \
-        "$out/ir-311.json" "$out/ir-314.json" "$out/ir-315.json" | tee "$out/table.md"
+    results=()
+    for label in "${LABELS[@]}"; do results+=("$out/ir-${label/./}.json"); done
+    python3.14 "$src/benchmarks/callgrind_interpreters.py" --merge "${results[@]}" | tee "$out/table.md"
     exit 0
 fi
 

@@ -8,9 +8,9 @@
 #   scripts/ci_chroot.sh path sid|arm64|dev          # where it lives
 #
 # dev is not CI's: sid's interpreters plus valgrind and the host's pyenv
-# CPython 3.11 (bound in read-only at its own path, with the libraries its
-# modules load), so that benchmarks/interpreter_table.sh measures 3.11, 3.14
-# and 3.15 with one gcc and one libc.
+# CPython 3.11 and 3.13 (bound in read-only at their own paths, with the
+# libraries their modules load), so that benchmarks/interpreter_table.sh
+# measures 3.11, 3.13, 3.14 and 3.15 with one gcc and one libc.
 #
 # SPANPACK_CHROOTS (default /var/cache/spanpack/chroots) holds them, as ci-sid,
 # ci-arm64 and ci-dev.  A chroot is complete when its marker file holds this script's
@@ -42,9 +42,11 @@ recipe() {
         dev)
             SUITE=sid ARCH=amd64
             PACKAGES="ca-certificates gcc libc6-dev python3.14 python3.14-dev python3.14-venv python3.15 python3.15-dev python3.15-venv valgrind libssl3t64 zlib1g libbz2-1.0 liblzma5 libffi8 libsqlite3-0 libuuid1"
-            HOST_PYTHON="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11.* 2>/dev/null | sort -V | tail -n 1)"
-            [ -n "$HOST_PYTHON" ] || die "dev: no pyenv CPython 3.11 on the host (${PYENV_ROOT:-$HOME/.pyenv}/versions/3.11.*)"
-            EXTRA_BINDS="$HOST_PYTHON"
+            for minor in 3.11 3.13; do
+                HOST_PYTHON="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/$minor.* 2>/dev/null | sort -V | tail -n 1)"
+                [ -n "$HOST_PYTHON" ] || die "dev: no pyenv CPython $minor on the host (${PYENV_ROOT:-$HOME/.pyenv}/versions/$minor.*)"
+                EXTRA_BINDS="$EXTRA_BINDS $HOST_PYTHON"
+            done
             ;;
         arm64)
             SUITE=bookworm ARCH=arm64
