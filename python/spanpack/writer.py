@@ -270,13 +270,32 @@ def _release_down_to(lock: Any, held: Optional[int]) -> None:
         lock.release()
 
 
+def _holds_on_entry(lock: Any, writer: "AgentWriter", guarded_code: Any) -> Optional[int]:
+    """On entry to a guarded method with `lock` held by this thread: how
+    many of its holds belong to calls still running below (span code, an
+    on_response callback or a signal handler calling the writer again).  On
+    the main thread, where signal handlers run and only guarded methods take
+    the lock, holds with no guarded call of this writer below were left by
+    an exception (a second one can land in the guard's own release): they
+    are released here, and the answer is 0."""
+    if threading.current_thread() is not threading.main_thread():
+        return _depth(lock)  # the flush thread's own loop may hold it
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is guarded_code and frame.f_locals.get("self") is writer:
+            return _depth(lock)
+        frame = frame.f_back
+    _release_down_to(lock, 0)
+    return 0
+
+
 def _releases_leaked_lock(method: _Method) -> _Method:
     @functools.wraps(method)
     def guarded(self: "AgentWriter", *args: Any, **kwargs: Any) -> Any:
         lock: Any = self._lock  # _is_owned() is RLock's, untyped in typeshed
-        # On entry the lock is not this thread's unless the call re-entered:
-        # one test each way on the usual path, depths only when it is held.
-        held = _depth(lock) if lock._is_owned() else 0
+        # On entry the lock is not this thread's unless the call re-entered
+        # (or a leak was left): one test each way on the usual path.
+        held = _holds_on_entry(lock, self, guarded.__code__) if lock._is_owned() else 0
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -461,7 +480,9 @@ class AgentWriter:
         """Buffer one trace (a list of spans) for sending; never raises for its content.
 
         Only a ``BaseException`` raised by span code (counted
-        ``interrupted``) or by a signal handler gets out of it.
+        ``interrupted``) or by a signal handler gets out of it (but a
+        handler's ``Exception`` that lands while span code runs is taken
+        for the span's: the trace is counted ``bad_input``).
         """
         with self._lock:
             if self._stopped:

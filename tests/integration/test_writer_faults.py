@@ -161,6 +161,32 @@ def test_a_signal_handler_raising_as_write_takes_the_lock_leaves_it_free(server,
     ledger_balances(writer)
 
 
+@pytest.mark.parametrize("call", ["write", "stats", "flush"])
+def test_a_hold_left_on_the_main_thread_is_released_by_the_next_call(server, writers, call):
+    """A signal handler's exception can leave the lock held, and a second one
+    can land in the guard's own release: the hold then outlives every call
+    that could have released it.  The next call on the main thread finds no
+    call of the writer's below it and so releases it, as a call reentered
+    from span code never does (test_writer covers that)."""
+    assert threading.current_thread() is threading.main_thread()
+    writer = writers(server.url, version="v0.4")
+    writer._lock.acquire()  # the leak: held by the main thread, no writer call running
+    writer._lock.acquire()
+    if call == "write":
+        writer.write(make_trace(1))
+    elif call == "stats":
+        writer.stats
+    else:
+        writer.flush(timeout=10)
+    assert not writer._lock._is_owned()
+    reader = threading.Thread(target=lambda: writer.stats)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert writer.flush(timeout=20), writer.stats
+    ledger_balances(writer)
+
+
 class _Span:
     def __init__(self, interrupt):
         self.trace_id, self.span_id, self.name, self.start_ns = 7, 1, "n", 0
