@@ -280,7 +280,7 @@ def _holds_on_entry(lock: Any, writer: "AgentWriter", guarded_code: Any) -> Opti
     are released here, and the answer is 0."""
     if threading.current_thread() is not threading.main_thread():
         return _depth(lock)  # the flush thread's own loop may hold it
-    frame = sys._getframe(2)
+    frame: Any = sys._getframe(2)
     while frame is not None:
         if frame.f_code is guarded_code and frame.f_locals.get("self") is writer:
             return _depth(lock)
@@ -290,19 +290,19 @@ def _holds_on_entry(lock: Any, writer: "AgentWriter", guarded_code: Any) -> Opti
 
 
 def _releases_leaked_lock(method: _Method) -> _Method:
-    @functools.wraps(method)
     def guarded(self: "AgentWriter", *args: Any, **kwargs: Any) -> Any:
         lock: Any = self._lock  # _is_owned() is RLock's, untyped in typeshed
         # On entry the lock is not this thread's unless the call re-entered
         # (or a leak was left): one test each way on the usual path.
-        held = _holds_on_entry(lock, self, guarded.__code__) if lock._is_owned() else 0
+        held = _holds_on_entry(lock, self, code) if lock._is_owned() else 0
         try:
             return method(self, *args, **kwargs)
         finally:
             if lock._is_owned():
                 _release_down_to(lock, held)
 
-    return cast(_Method, guarded)
+    code = guarded.__code__
+    return cast(_Method, functools.wraps(method)(guarded))
 
 
 class AgentWriter:
