@@ -53,10 +53,6 @@ strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *
     if (cache->slots == NULL) {
         return;
     }
-    /* Its own slot, unless that is taken and the other of the pair free. */
-    if (cache->slots[index].key != NULL && cache->slots[index ^ 1].key == NULL) {
-        index ^= 1;
-    }
     /* Evicting a str runs no Python code (its dealloc is plain C). */
     StrCacheSlot *slot = &cache->slots[index];
     PyObject *evicted = slot->key;

@@ -3,15 +3,13 @@
  * EncodedStrCache (v0.4): maps a str object to the exact msgpack bytes it
  *   encodes to, so a repeated service name or tag key costs one pointer-hash
  *   probe and a fixed-size copy instead of a UTF-8 conversion, length checks
- *   and header choice.  Two-way: the object's address picks a slot, and a
- *   string may also sit in the other slot of that slot's pair, so two
- *   strings that share a slot both stay cached; a newcomer takes a free slot
- *   of the pair, else evicts its own slot's occupant, so the cache is
- *   bounded and never needs clearing.  Each key is held by a strong reference so its address cannot
- * be reused by a different string while cached.  A string is admitted the second time it is seen
- * while still one of the last two first seen in its pair (a compact tag array remembers their
- * addresses, holding no reference), so values that never repeat cost two tag stores, not an
- *   eviction.  A miss reads only the
+ *   and header choice.  Direct-mapped by the object's address: a newcomer
+ *   evicts the slot's occupant, so the cache is bounded and never needs
+ *   clearing.  Each key is held by a strong reference so its address cannot be
+ *   reused by a different string while cached.  A string is admitted the
+ *   second time it is seen in a row at its slot (a compact tag array
+ *   remembers the address it saw first, holding no reference), so values that
+ *   never repeat cost a tag store, not an eviction.  A miss reads only the
  *   tag array (8 bytes a slot); a hit reads its tag and its one-line slot.
  *
  * StringTable (v0.5): the payload's string table.  Maps str content to its
@@ -80,9 +78,8 @@ strcache_index_of(const PyObject *key)
     return (size_t)(sp_hash_address(key) >> 32) & (STRCACHE_SLOTS - 1);
 }
 
-/* Start loading what a probe for `key` reads: its set's tags, and with
- * `slot` its first slot too (for strings likely cached).  A hint; `key` is
- * not dereferenced. */
+/* Start loading what a probe for `key` reads: its tags, and with `slot` its
+ * slot too (for strings likely cached).  A hint; `key` is not dereferenced. */
 static inline void
 strcache_prefetch(const EncodedStrCache *cache, const PyObject *key, int slot)
 {
@@ -105,14 +102,8 @@ strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag
     /* The tag rules out most misses without loading the slot; the key
      * itself decides. */
     if ((check_tag && cache->tags[index].cached != strcache_tag_of(key)) || slot->key != key) {
-        /* The other slot of its set (same tag line): two strings that share
-         * a slot both stay cached. */
-        size_t other = index ^ 1;
-        if (cache->tags[other].cached != strcache_tag_of(key) || cache->slots[other].key != key) {
-            cache->misses++;
-            return 0;
-        }
-        slot = &cache->slots[other];
+        cache->misses++;
+        return 0;
     }
     cache->hits++;
     /* Copy the whole fixed-size entry (one inlined block move) and keep only
@@ -129,11 +120,10 @@ strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag
 void strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
                     Py_ssize_t size);
 
-/* Remember that `key` (an exact str) encodes to `encoded`, if it is one of
- * the last two strings first seen in its set; a no-op for encodings too
- * large.  A string seen for the first time (most misses: unique values, keys
- * built per span) only leaves its tag, inline, pushing out the older of the
- * two: so two strings that alternate in one set are both admitted. */
+/* Remember that `key` (an exact str) encodes to `encoded`, if it was seen at
+ * its slot just before; a no-op for encodings too large.  A string seen for
+ * the first time (most misses: unique values, keys built per span) only
+ * leaves its tag, inline. */
 static inline void
 strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size)
 {
@@ -142,10 +132,9 @@ strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ss
     }
     size_t index = strcache_index_of(key);
     uint32_t tag = strcache_tag_of(key);
-    StrCacheTags *set = &cache->tags[index & ~(size_t)1];
-    if (set[0].seen_once != tag && set[1].seen_once != tag) {
-        set[1].seen_once = set[0].seen_once; /* first sighting: remember, don't store */
-        set[0].seen_once = tag;
+    StrCacheTags *tags = &cache->tags[index];
+    if (tags->seen_once != tag) {
+        tags->seen_once = tag; /* first sighting: remember, don't store */
         return;
     }
     strcache_admit(cache, key, index, encoded, size);

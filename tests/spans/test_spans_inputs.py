@@ -948,29 +948,6 @@ def test_intern_stats_show_hits_for_repeated_strings():
     assert encoder._intern_stats()["hits"] >= stats["hits"] + 3 * 10
 
 
-def test_repeated_strings_that_share_a_cache_slot_are_still_cached():
-    """The v0.4 cache places a string by its address, so which of 300 names
-    repeated in every trace share a slot depends on the heap.  Each slot has
-    a partner that takes the second string (a direct-mapped cache never
-    admitted two that alternate: 73 misses a warm round over these 20 heaps
-    on CPython 3.11, up to 30 in one), so after warming up the names hit:
-    at most one miss a heap on average is allowed, for the rare slot pair
-    three names share."""
-    misses = []
-    for heap in range(20):
-        padding = [object() for _ in range(37 * heap)]  # moves where the names land
-        names = ["name-%d" % i for i in range(300)]
-        spans = [dict_span(span_id=i + 1, name=names[i]) for i in range(300)]
-        encoder = spanpack.TraceMsgPackEncoder("v0.4")
-        for _ in range(3):
-            encoder.encode_traces([spans])
-        before = encoder._intern_stats()
-        encoder.encode_traces([spans])
-        misses.append(encoder._intern_stats()["misses"] - before["misses"])
-        del padding
-    assert sum(misses) <= 20, misses
-
-
 def test_interning_many_distinct_strings_and_long_strings():
     """More distinct strings than the cache holds, long (truncated, uncached)
     strings repeated, and equal strings that are different objects."""
