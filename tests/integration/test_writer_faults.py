@@ -40,6 +40,16 @@ class Interrupt(Exception):
     pass
 
 
+def assert_lock_free_and_ledger_balanced(writer):
+    """Another thread takes the writer's lock at once, and every trace is in one count."""
+    reader = threading.Thread(target=lambda: writer.stats)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert writer.flush(timeout=20), writer.stats
+    ledger_balances(writer)
+
+
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
 def test_a_signal_handler_raising_inside_write_keeps_the_ledger(server, writers):
     """An exception from a signal handler, at whatever point of write() the
@@ -152,13 +162,7 @@ def test_a_signal_handler_raising_as_write_takes_the_lock_leaves_it_free(server,
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert raised > 500 and leaked == 0, (raised, leaked)
-    # Another thread takes the lock at once, and every trace is in one count.
-    reader = threading.Thread(target=lambda: writer.stats)
-    reader.start()
-    reader.join(10)
-    assert not reader.is_alive()
-    assert writer.flush(timeout=20), writer.stats
-    ledger_balances(writer)
+    assert_lock_free_and_ledger_balanced(writer)
 
 
 @pytest.mark.parametrize("call", ["write", "stats", "flush"])
@@ -179,12 +183,7 @@ def test_a_hold_left_on_the_main_thread_is_released_by_the_next_call(server, wri
     else:
         writer.flush(timeout=10)
     assert not writer._lock._is_owned()
-    reader = threading.Thread(target=lambda: writer.stats)
-    reader.start()
-    reader.join(10)
-    assert not reader.is_alive()
-    assert writer.flush(timeout=20), writer.stats
-    ledger_balances(writer)
+    assert_lock_free_and_ledger_balanced(writer)
 
 
 class _Span:
