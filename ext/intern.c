@@ -11,7 +11,8 @@ strcache_init(EncodedStrCache *cache)
     memset(cache, 0, sizeof *cache);
     size_t slots_size = STRCACHE_SLOTS * sizeof(StrCacheSlot);
     size_t tags_size = STRCACHE_SLOTS * sizeof(StrCacheTags);
-    cache->memory = PyMem_Calloc(1, STRCACHE_SLOT_ALIGN + slots_size + tags_size + STRCACHE_SLOTS / 2);
+    cache->memory =
+        PyMem_Calloc(1, STRCACHE_SLOT_ALIGN + slots_size + tags_size + STRCACHE_SLOTS / 2);
     if (cache->memory == NULL) {
         PyErr_NoMemory();
         return -1;

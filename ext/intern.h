@@ -107,12 +107,11 @@ strcache_prefetch(const EncodedStrCache *cache, const PyObject *key, int slot)
  * cached, whose misses then need not load the own slot; strings usually
  * cached go straight to it. */
 static inline int
-strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag,
-               size_t *own_index)
+strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag, size_t *own_index)
 {
     /* The own slot's byte offset, scaled in the shift: a hit needs no index. */
-    size_t offset = (size_t)(sp_hash_address(key) >> (32 - 6)) &
-                    ((STRCACHE_SLOTS - 1) * sizeof(StrCacheSlot));
+    size_t offset =
+        (size_t)(sp_hash_address(key) >> (32 - 6)) & ((STRCACHE_SLOTS - 1) * sizeof(StrCacheSlot));
     const StrCacheSlot *slot = (const StrCacheSlot *)((const char *)cache->slots + offset);
     size_t index = offset / sizeof(StrCacheSlot);
     /* A tag rules out most misses without loading a slot; the key itself

@@ -95,8 +95,8 @@ v04_put_str_uncached(SpanWriter *w, PyObject *value, size_t cache_index, const c
 /* v04_write_str_uncached for a str that is not compact ASCII, or a buffer
  * that must grow first: the calls its fast path makes none of. */
 static SP_NOINLINE int
-v04_write_str_uncached_slow(SpanWriter *w, PyObject *value, size_t cache_index,
-                            const char *field, PyObject *key)
+v04_write_str_uncached_slow(SpanWriter *w, PyObject *value, size_t cache_index, const char *field,
+                            PyObject *key)
 {
     const char *data;
     Py_ssize_t size;
@@ -119,8 +119,9 @@ v04_write_str_uncached_slow(SpanWriter *w, PyObject *value, size_t cache_index,
 
 /* A str not in the cache (own slot `cache_index` when there is a cache):
  * encode it, then remember its bytes.  The usual case (compact ASCII, under
- * 256 characters, room in the buffer) is kept free of calls that return
- * here where it can be, so that most misses need no stack frame. */
+ * 256 characters, room in the buffer) is written here; the rest, and an
+ * admission, are tail calls, which keeps this frame to two saved registers
+ * (the miss of every unique value goes through it). */
 static SP_NOINLINE int
 v04_write_str_uncached(SpanWriter *w, PyObject *value, size_t cache_index, const char *field,
                        PyObject *key)
@@ -160,7 +161,8 @@ v04_write_text_probing(SpanWriter *w, PyObject *value, const char *field, PyObje
      * stored, so a hit needs no type check and never touches the str. */
     size_t cache_index = 0;
     if (w->cache != NULL) {
-        int cached = strcache_write(w->cache, value, w->out, repeats == MAYBE_REPEATED, &cache_index);
+        int cached =
+            strcache_write(w->cache, value, w->out, repeats == MAYBE_REPEATED, &cache_index);
         if (cached != 0) {
             return cached < 0 ? -1 : 0;
         }
