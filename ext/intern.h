@@ -3,19 +3,14 @@
  * EncodedStrCache (v0.4): maps a str object to the exact msgpack bytes it
  *   encodes to, so a repeated service name or tag key costs one pointer-hash
  *   probe and a fixed-size copy instead of a UTF-8 conversion, length checks
- *   and header choice.  By the object's address: each string has its own
- *   slot, and the other slot of that slot's pair takes a second string, so
- *   two repeated strings whose addresses pick one slot are both cached.  A
- *   newcomer takes a free slot of its pair, else evicts the pair's slots in
- *   turn, so the cache is bounded and never needs clearing.  Each key is held
- *   by a strong reference so its address cannot be reused by a different
- *   string while cached.  A string is admitted the second time it is seen at
- *   its slot's mark (the address last seen there uncached, holding no
- *   reference), so values that never repeat cost one tag store, not an
- *   eviction; a remembered string keeps the mark against one newcomer, so
- *   two strings that alternate at one slot are both admitted.  A miss reads
- *   only the tag array (8 bytes a slot, a pair in one line); a hit reads its
- *   tag and its one-line slot.
+ *   and header choice.  Direct-mapped by the object's address: a newcomer
+ *   evicts the slot's occupant, so the cache is bounded and never needs
+ *   clearing.  Each key is held by a strong reference so its address cannot be
+ *   reused by a different string while cached.  A string is admitted the
+ *   second time it is seen in a row at its slot (a compact tag array
+ *   remembers the address it saw first, holding no reference), so values that
+ *   never repeat cost a tag store, not an eviction.  A miss reads only the
+ *   tag array (8 bytes a slot); a hit reads its tag and its one-line slot.
  *
  * StringTable (v0.5): the payload's string table.  Maps str content to its
  *   index, keeps the encoded table entries in order, and can be rolled back to
@@ -36,7 +31,7 @@
 
 /* ---- v0.4 encoded-string cache ---- */
 
-#define STRCACHE_SLOTS 4096 /* power of two; strcache_write's shift assumes 64-byte slots */
+#define STRCACHE_SLOTS 4096 /* power of two */
 /* Encodings (header included) up to this size are cached; with the key and
  * size a slot is one 64-byte cache line (52 bytes on 64-bit platforms). */
 #define STRCACHE_SLOT_ALIGN 64
@@ -53,18 +48,14 @@ typedef struct {
  * string that is not cached, and its admission, touch no slot: 32-bit tags
  * of addresses (the address >> 4), 0 for none. */
 typedef struct {
-    uint32_t cached; /* the key's tag while the slot holds one */
-    /* The mark: the tag of the string last seen uncached whose own slot this
-     * is, with bit 0 set, then cleared once a newcomer has been turned away
-     * (strcache_store); 0 for none. */
-    uint32_t seen_once;
+    uint32_t cached;    /* the key's tag while the slot holds one */
+    uint32_t seen_once; /* the tag of the string last seen here uncached */
 } StrCacheTags;
 
 typedef struct {
     StrCacheSlot *slots; /* NULL: cache disabled; aligned to STRCACHE_SLOT_ALIGN */
     StrCacheTags *tags;
-    unsigned char *next_victim; /* per pair: which slot (0 or 1) a full pair evicts */
-    void *memory;               /* the allocation the three arrays lie in */
+    void *memory; /* the allocation `slots` and `tags` lie in */
     Py_ssize_t used;
     /* Counters, exposed for tests and the on/off benchmark. */
     Py_ssize_t hits;
@@ -81,8 +72,6 @@ strcache_tag_of(const PyObject *key)
     return (uint32_t)((uintptr_t)key >> 4);
 }
 
-/* `key`'s own slot (strcache_write computes it the same way); the other
- * slot of its pair is index ^ 1. */
 static inline size_t
 strcache_index_of(const PyObject *key)
 {
@@ -101,30 +90,20 @@ strcache_prefetch(const EncodedStrCache *cache, const PyObject *key, int slot)
     }
 }
 
-/* Append the cached encoding of `key` to `out`: 1 when it was cached, -1 on
- * error, 0 when not: the caller then encodes it and calls strcache_store
- * with *own_index, the key's own slot.  `check_tag`: for strings often not
- * cached, whose misses then need not load the own slot; strings usually
- * cached go straight to it. */
+/* Append the cached encoding of `key` to `out`: 1 when it was cached, 0 when
+ * not (the caller then encodes it and may call strcache_store), -1 on error.
+ * `check_tag`: for strings often not cached, whose misses then need not load
+ * the slot; strings usually cached go straight to their slot. */
 static inline int
-strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag, size_t *own_index)
+strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag)
 {
-    /* The own slot's byte offset, scaled in the shift: a hit needs no index. */
-    size_t offset =
-        (size_t)(sp_hash_address(key) >> (32 - 6)) & ((STRCACHE_SLOTS - 1) * sizeof(StrCacheSlot));
-    const StrCacheSlot *slot = (const StrCacheSlot *)((const char *)cache->slots + offset);
-    size_t index = offset / sizeof(StrCacheSlot);
-    /* A tag rules out most misses without loading a slot; the key itself
-     * decides.  The own slot first: where a string usually is. */
+    size_t index = strcache_index_of(key);
+    const StrCacheSlot *slot = &cache->slots[index];
+    /* The tag rules out most misses without loading the slot; the key
+     * itself decides. */
     if ((check_tag && cache->tags[index].cached != strcache_tag_of(key)) || slot->key != key) {
-        /* The pair's other slot; its tag is on the same line. */
-        if (cache->tags[index ^ 1].cached != strcache_tag_of(key) ||
-            cache->slots[index ^ 1].key != key) {
-            cache->misses++;
-            *own_index = index;
-            return 0;
-        }
-        slot = &cache->slots[index ^ 1];
+        cache->misses++;
+        return 0;
     }
     cache->hits++;
     /* Copy the whole fixed-size entry (one inlined block move) and keep only
@@ -137,37 +116,28 @@ strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag
     return 1;
 }
 
-/* Put `key` (an exact str seen before at its slot's mark, cached in neither
- * slot of its pair, own slot `index`), which encodes to `encoded`, in the
- * cache.  Returns 0. */
-int strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
-                   Py_ssize_t size);
+/* Put `key` (an exact str seen at its slot just before) in the cache. */
+void strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
+                    Py_ssize_t size);
 
-/* After a miss: cache `key` (own slot `index`), which encodes to `encoded`,
- * if it was seen before at its slot's mark; a no-op for encodings too large.
- * Returns 0 (so that callers can end with it).  A string seen for the first
- * time (most misses: unique values, keys built per span) only changes the
- * mark, inline. */
-static inline int
-strcache_store(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
-               Py_ssize_t size)
+/* Remember that `key` (an exact str) encodes to `encoded`, if it was seen at
+ * its slot just before; a no-op for encodings too large.  A string seen for
+ * the first time (most misses: unique values, keys built per span) only
+ * leaves its tag, inline. */
+static inline void
+strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size)
 {
     if (size > STRCACHE_ENTRY_BYTES) {
-        return 0;
+        return;
     }
-    uint32_t tag = strcache_tag_of(key) | 1;
+    size_t index = strcache_index_of(key);
+    uint32_t tag = strcache_tag_of(key);
     StrCacheTags *tags = &cache->tags[index];
-    uint32_t seen = tags->seen_once;
-    if ((seen | 1) == tag) {
-        tags->seen_once = 0; /* free for the next newcomer */
-        return strcache_admit(cache, key, index, encoded, size);
+    if (tags->seen_once != tag) {
+        tags->seen_once = tag; /* first sighting: remember, don't store */
+        return;
     }
-    /* First sighting.  A string remembered here and not yet passed over
-     * keeps the mark, flagged (bit 0 cleared), so that of two strings that
-     * alternate at one slot one is admitted, then the other; otherwise this
-     * one takes the mark. */
-    tags->seen_once = (seen & 1) ? seen - 1 : tag;
-    return 0;
+    strcache_admit(cache, key, index, encoded, size);
 }
 
 /* ---- v0.5 string table ---- */

@@ -948,30 +948,6 @@ def test_intern_stats_show_hits_for_repeated_strings():
     assert encoder._intern_stats()["hits"] >= stats["hits"] + 3 * 10
 
 
-def test_repeated_strings_stay_cached_wherever_their_addresses_land():
-    """The v0.4 cache places a string by its address, so which of 300 names
-    repeated in every trace share a slot, or a slot's mark, depends on the
-    heap.  Two names that share a slot both stay cached (the slot's pair
-    partner takes the second), and two that alternate at one mark are both
-    admitted.  The direct-mapped cache with a plain mark this replaced missed
-    73 names a warm round over these 20 heaps on CPython 3.11 (up to 30 in
-    one): pairs that alternated were never cached."""
-    misses = []
-    for heap in range(20):
-        padding = [object() for _ in range(37 * heap)]  # moves where the names land
-        names = ["name-%d" % i for i in range(300)]
-        spans = [dict_span(span_id=i + 1, name=names[i]) for i in range(300)]
-        encoder = spanpack.TraceMsgPackEncoder("v0.4")
-        for _ in range(3):
-            encoder.encode_traces([spans])
-        before = encoder._intern_stats()
-        encoder.encode_traces([spans])
-        misses.append(encoder._intern_stats()["misses"] - before["misses"])
-        del padding
-    # A third name in a pair can still miss; a few in 6,000 lookups.
-    assert sum(misses) <= 20, misses
-
-
 def test_interning_many_distinct_strings_and_long_strings():
     """More distinct strings than the cache holds, long (truncated, uncached)
     strings repeated, and equal strings that are different objects."""
