@@ -10,8 +10,9 @@ strcache_init(EncodedStrCache *cache)
 {
     memset(cache, 0, sizeof *cache);
     size_t slots_size = STRCACHE_SLOTS * sizeof(StrCacheSlot);
+    size_t tags_size = STRCACHE_SLOTS * sizeof(StrCacheTags);
     cache->memory =
-        PyMem_Calloc(1, STRCACHE_SLOT_ALIGN + slots_size + STRCACHE_SLOTS * sizeof(StrCacheTags));
+        PyMem_Calloc(1, STRCACHE_SLOT_ALIGN + slots_size + tags_size + STRCACHE_SLOTS / 2);
     if (cache->memory == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -20,6 +21,7 @@ strcache_init(EncodedStrCache *cache)
     uintptr_t aligned = (address + STRCACHE_SLOT_ALIGN - 1) & ~(uintptr_t)(STRCACHE_SLOT_ALIGN - 1);
     cache->slots = (StrCacheSlot *)((char *)cache->memory + (aligned - address));
     cache->tags = (StrCacheTags *)((char *)cache->slots + slots_size);
+    cache->next_victim = (unsigned char *)cache->tags + tags_size;
     return 0;
 }
 
@@ -44,14 +46,28 @@ strcache_free(EncodedStrCache *cache)
     cache->memory = NULL;
     cache->slots = NULL;
     cache->tags = NULL;
+    cache->next_victim = NULL;
 }
 
-void
+int
 strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
                Py_ssize_t size)
 {
     if (cache->slots == NULL) {
-        return;
+        return 0;
+    }
+    /* A free slot of the pair, else the pair's slots in turn: a string that
+     * stopped repeating is evicted by the time a second newcomer arrives,
+     * whichever slot it holds. */
+    if (cache->slots[index].key != NULL) {
+        if (cache->slots[index ^ 1].key == NULL) {
+            index ^= 1;
+        }
+        else {
+            unsigned char *victim = &cache->next_victim[index / 2];
+            index = (index & ~(size_t)1) | *victim;
+            *victim ^= 1;
+        }
     }
     /* Evicting a str runs no Python code (its dealloc is plain C). */
     StrCacheSlot *slot = &cache->slots[index];
@@ -66,6 +82,7 @@ strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *
     else {
         cache->used++;
     }
+    return 0;
 }
 
 /* ---- v0.5 string table ---- */

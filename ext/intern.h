@@ -3,14 +3,22 @@
  * EncodedStrCache (v0.4): maps a str object to the exact msgpack bytes it
  *   encodes to, so a repeated service name or tag key costs one pointer-hash
  *   probe and a fixed-size copy instead of a UTF-8 conversion, length checks
- *   and header choice.  Direct-mapped by the object's address: a newcomer
- *   evicts the slot's occupant, so the cache is bounded and never needs
- *   clearing.  Each key is held by a strong reference so its address cannot be
- *   reused by a different string while cached.  A string is admitted the
- *   second time it is seen in a row at its slot (a compact tag array
- *   remembers the address it saw first, holding no reference), so values that
- *   never repeat cost a tag store, not an eviction.  A miss reads only the
- *   tag array (8 bytes a slot); a hit reads its tag and its one-line slot.
+ *   and header choice.  By the object's address: each string has its own
+ *   slot, and the other slot of that slot's pair takes a second string, so
+ *   two repeated strings whose addresses pick one slot are both cached.  A
+ *   newcomer takes a free slot of its pair, else evicts the pair's slots in
+ *   turn, so the cache is bounded and never needs clearing.  Each key is held
+ *   by a strong reference so its address cannot be reused by a different
+ *   string while cached.  A string is admitted the second time it is seen at
+ *   its slot's mark (the address last seen there uncached, holding no
+ *   reference) within a reuse window (STRCACHE_REUSE_WINDOW misses), so
+ *   values that never repeat cost one tag store, not an eviction; a
+ *   remembered string keeps the mark against one newcomer, so two strings
+ *   that alternate at one slot are both admitted.  The caller skips the cache
+ *   for a str whose only reference is its span's (span_v04.c): it cannot be
+ *   cached and will not be seen again.  A miss reads
+ *   only the tag array (8 bytes a slot, a pair in one line); a hit reads its
+ *   tag and its one-line slot.
  *
  * StringTable (v0.5): the payload's string table.  Maps str content to its
  *   index, keeps the encoded table entries in order, and can be rolled back to
@@ -31,7 +39,7 @@
 
 /* ---- v0.4 encoded-string cache ---- */
 
-#define STRCACHE_SLOTS 4096 /* power of two */
+#define STRCACHE_SLOTS 4096 /* power of two; strcache_write's shift assumes 64-byte slots */
 /* Encodings (header included) up to this size are cached; with the key and
  * size a slot is one 64-byte cache line (52 bytes on 64-bit platforms). */
 #define STRCACHE_SLOT_ALIGN 64
@@ -45,17 +53,25 @@ typedef struct {
 } StrCacheSlot;
 
 /* Per slot, in a compact array of its own (32 KiB) so that a probe for a
- * string that is not cached, and its admission, touch no slot: 32-bit tags
- * of addresses (the address >> 4), 0 for none. */
+ * string that is not cached, and its admission, touch no slot. */
 typedef struct {
-    uint32_t cached;    /* the key's tag while the slot holds one */
-    uint32_t seen_once; /* the tag of the string last seen here uncached */
+    uint32_t cached; /* the key's tag (its address >> 4) while the slot holds one, else 0 */
+    /* The mark: the low 16 bits of the tag of the string last seen uncached
+     * whose own slot this is, with bit 0 set, then cleared once a newcomer
+     * has been turned away (strcache_store); 0 for none.  A wrong match only
+     * admits a string early. */
+    uint16_t seen_tag;
+    uint16_t seen_at; /* the miss count (low 16 bits) when the mark was set */
 } StrCacheTags;
+
+/* For a string the cache is not asked to remember. */
+#define STRCACHE_NO_SLOT ((size_t)-1)
 
 typedef struct {
     StrCacheSlot *slots; /* NULL: cache disabled; aligned to STRCACHE_SLOT_ALIGN */
     StrCacheTags *tags;
-    void *memory; /* the allocation `slots` and `tags` lie in */
+    unsigned char *next_victim; /* per pair: which slot (0 or 1) a full pair evicts */
+    void *memory;               /* the allocation the three arrays lie in */
     Py_ssize_t used;
     /* Counters, exposed for tests and the on/off benchmark. */
     Py_ssize_t hits;
@@ -72,6 +88,8 @@ strcache_tag_of(const PyObject *key)
     return (uint32_t)((uintptr_t)key >> 4);
 }
 
+/* `key`'s own slot (strcache_write computes it the same way); the other
+ * slot of its pair is index ^ 1. */
 static inline size_t
 strcache_index_of(const PyObject *key)
 {
@@ -90,20 +108,30 @@ strcache_prefetch(const EncodedStrCache *cache, const PyObject *key, int slot)
     }
 }
 
-/* Append the cached encoding of `key` to `out`: 1 when it was cached, 0 when
- * not (the caller then encodes it and may call strcache_store), -1 on error.
- * `check_tag`: for strings often not cached, whose misses then need not load
- * the slot; strings usually cached go straight to their slot. */
+/* Append the cached encoding of `key` to `out`: 1 when it was cached, -1 on
+ * error, 0 when not: the caller then encodes it and calls strcache_store
+ * with *own_index, the key's own slot.  `check_tag`: for strings often not
+ * cached, whose misses then need not load the own slot; strings usually
+ * cached go straight to it. */
 static inline int
-strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag)
+strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag, size_t *own_index)
 {
-    size_t index = strcache_index_of(key);
-    const StrCacheSlot *slot = &cache->slots[index];
-    /* The tag rules out most misses without loading the slot; the key
-     * itself decides. */
+    /* The own slot's byte offset, scaled in the shift: a hit needs no index. */
+    size_t offset =
+        (size_t)(sp_hash_address(key) >> (32 - 6)) & ((STRCACHE_SLOTS - 1) * sizeof(StrCacheSlot));
+    const StrCacheSlot *slot = (const StrCacheSlot *)((const char *)cache->slots + offset);
+    size_t index = offset / sizeof(StrCacheSlot);
+    /* A tag rules out most misses without loading a slot; the key itself
+     * decides.  The own slot first: where a string usually is. */
     if ((check_tag && cache->tags[index].cached != strcache_tag_of(key)) || slot->key != key) {
-        cache->misses++;
-        return 0;
+        /* The pair's other slot; its tag is on the same line. */
+        if (cache->tags[index ^ 1].cached != strcache_tag_of(key) ||
+            cache->slots[index ^ 1].key != key) {
+            cache->misses++;
+            *own_index = index;
+            return 0;
+        }
+        slot = &cache->slots[index ^ 1];
     }
     cache->hits++;
     /* Copy the whole fixed-size entry (one inlined block move) and keep only
@@ -116,28 +144,52 @@ strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag
     return 1;
 }
 
-/* Put `key` (an exact str seen at its slot just before) in the cache. */
-void strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
-                    Py_ssize_t size);
+/* Put `key` (an exact str seen before at its slot's mark, cached in neither
+ * slot of its pair, own slot `index`), which encodes to `encoded`, in the
+ * cache.  Returns 0. */
+int strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
+                   Py_ssize_t size);
 
-/* Remember that `key` (an exact str) encodes to `encoded`, if it was seen at
- * its slot just before; a no-op for encodings too large.  A string seen for
- * the first time (most misses: unique values, keys built per span) only
- * leaves its tag, inline. */
-static inline void
-strcache_store(EncodedStrCache *cache, PyObject *key, const char *encoded, Py_ssize_t size)
+/* A string is admitted only when seen again within this many misses: keys
+ * and names recur within a span or a trace, while a benchmark that encodes
+ * the same spans again brings every per-span string back once a round, and
+ * caching those costs more (admissions, evictions, hits on slot lines spread
+ * over the whole table) than encoding them. */
+#define STRCACHE_REUSE_WINDOW 1024
+
+/* After a miss: cache `key` (own slot `index`), which encodes to `encoded`,
+ * if it was seen at its slot's mark within the reuse window; a no-op for
+ * encodings too large.  Returns 0 (so that callers can end with it).  A
+ * string seen for the first time (most misses: unique values, keys built
+ * per span) only changes the mark, inline. */
+static inline int
+strcache_store(EncodedStrCache *cache, PyObject *key, size_t index, const char *encoded,
+               Py_ssize_t size)
 {
     if (size > STRCACHE_ENTRY_BYTES) {
-        return;
+        return 0;
     }
-    size_t index = strcache_index_of(key);
-    uint32_t tag = strcache_tag_of(key);
+    uint16_t now = (uint16_t)cache->misses;
+    uint16_t tag = (uint16_t)(strcache_tag_of(key) | 1);
     StrCacheTags *tags = &cache->tags[index];
-    if (tags->seen_once != tag) {
-        tags->seen_once = tag; /* first sighting: remember, don't store */
-        return;
+    uint16_t seen = tags->seen_tag;
+    if ((uint16_t)(now - tags->seen_at) < STRCACHE_REUSE_WINDOW) {
+        if ((seen | 1) == tag) {
+            tags->seen_tag = 0; /* free for the next newcomer */
+            return strcache_admit(cache, key, index, encoded, size);
+        }
+        /* A string remembered here and not yet passed over keeps the
+         * mark, flagged (bit 0 cleared), so that of two strings that
+         * alternate at one slot one is admitted, then the other. */
+        if (seen & 1) {
+            tags->seen_tag = (uint16_t)(seen - 1);
+            return 0;
+        }
     }
-    strcache_admit(cache, key, index, encoded, size);
+    /* First sighting (or the last one too long ago): this one takes the mark. */
+    tags->seen_tag = tag;
+    tags->seen_at = now;
+    return 0;
 }
 
 /* ---- v0.5 string table ---- */

@@ -75,9 +75,28 @@ v04_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
     return result;
 }
 
-/* A str not yet in the cache: encode it, then remember its bytes. */
+/* Encode the str `data` (`size` bytes of UTF-8, at most MAX_TEXT_LEN
+ * characters: the length fits any header) into room already reserved, then
+ * remember its bytes if it has a slot (`cache_index`, else STRCACHE_NO_SLOT). */
+static inline void
+v04_put_str_uncached(SpanWriter *w, PyObject *value, size_t cache_index, const char *data,
+                     Py_ssize_t size)
+{
+    OutBuf *out = w->out;
+    char *encoded = out->pos;
+    mp_put_str_header(out, (uint32_t)size, 1);
+    copy_bytes(out->pos, data, size);
+    out->pos += size;
+    if (cache_index != STRCACHE_NO_SLOT) {
+        (void)strcache_store(w->cache, value, cache_index, encoded, out->pos - encoded);
+    }
+}
+
+/* v04_write_str_uncached for a str that is not compact ASCII, or a buffer
+ * that must grow first: the calls its fast path makes none of. */
 static SP_NOINLINE int
-v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
+v04_write_str_uncached_slow(SpanWriter *w, PyObject *value, size_t cache_index, const char *field,
+                            PyObject *key)
 {
     const char *data;
     Py_ssize_t size;
@@ -91,19 +110,43 @@ v04_write_str_uncached(SpanWriter *w, PyObject *value, const char *field, PyObje
             return -1;
         }
     }
-    /* At most MAX_TEXT_LEN characters (the caller's test): the length fits
-     * any header, so the checked writer is not needed. */
     if (outbuf_reserve(w->out, size + 5) < 0) {
         return -1;
     }
-    char *encoded = w->out->pos;
-    mp_put_str_header(w->out, (uint32_t)size, 1);
-    copy_bytes(w->out->pos, data, size);
-    w->out->pos += size;
-    if (w->cache != NULL) {
-        strcache_store(w->cache, value, encoded, w->out->pos - encoded);
-    }
+    v04_put_str_uncached(w, value, cache_index, data, size);
     return 0;
+}
+
+/* A str not in the cache: encode it, then remember its bytes if it has a
+ * slot (`cache_index`, else STRCACHE_NO_SLOT).  The usual case (compact ASCII, under
+ * 256 characters, room in the buffer) is written here; the rest, and an
+ * admission, are tail calls, which keeps this frame to two saved registers
+ * (the miss of every unique value goes through it). */
+static SP_NOINLINE int
+v04_write_str_uncached(SpanWriter *w, PyObject *value, size_t cache_index, const char *field,
+                       PyObject *key)
+{
+    OutBuf *out = w->out;
+    Py_ssize_t size = PyUnicode_GET_LENGTH(value);
+    char *encoded = out->pos;
+    if (!PyUnicode_IS_COMPACT_ASCII(value) || size > 255 || out->end - encoded < 2 + 255) {
+        return v04_write_str_uncached_slow(w, value, cache_index, field, key);
+    }
+    const char *data = (const char *)PyUnicode_DATA(value);
+    char *p = encoded;
+    if (size < MP_FIXSTR_LIMIT) {
+        *p++ = (char)(MP_FIXSTR | size);
+    }
+    else {
+        *p++ = (char)MP_STR8;
+        *p++ = (char)size;
+    }
+    copy_bytes(p, data, size);
+    out->pos = p + size;
+    if (cache_index == STRCACHE_NO_SLOT) {
+        return 0;
+    }
+    return strcache_store(w->cache, value, cache_index, encoded, out->pos - encoded);
 }
 
 /* How likely a text is to repeat: names and tag keys do, tag values may. */
@@ -115,15 +158,23 @@ v04_write_text_probing(SpanWriter *w, PyObject *value, const char *field, PyObje
                        int allow_none, int repeats)
 {
     /* The cache is probed first, by address: only exact, short str are ever
-     * stored, so a hit needs no type check and never touches the str. */
-    if (w->cache != NULL) {
-        int cached = strcache_write(w->cache, value, w->out, repeats == MAYBE_REPEATED);
+     * stored, so a hit needs no type check and reads only the str's
+     * reference count.  A value whose one reference is its span's (a tag
+     * value or key built for this span, read without a reference of ours)
+     * skips the cache: it cannot be in it (the cache holds a reference of
+     * its own), a span is encoded once, and the probe would load a tag line
+     * for nothing (a benchmark that encodes the same spans again would
+     * otherwise fill the cache with them). */
+    size_t cache_index = STRCACHE_NO_SLOT;
+    if (w->cache != NULL && Py_REFCNT(value) > 1) {
+        int cached =
+            strcache_write(w->cache, value, w->out, repeats == MAYBE_REPEATED, &cache_index);
         if (cached != 0) {
             return cached < 0 ? -1 : 0;
         }
     }
     if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN)) {
-        return v04_write_str_uncached(w, value, field, key);
+        return v04_write_str_uncached(w, value, cache_index, field, key);
     }
     return v04_write_text_slow(w, value, field, key, allow_none);
 }
