@@ -13,12 +13,13 @@
  *   its slot's mark (the address last seen there uncached, holding no
  *   reference) within a reuse window (STRCACHE_REUSE_WINDOW misses), so
  *   values that never repeat cost one tag store, not an eviction; a
- *   remembered string keeps the mark against one newcomer, so two strings
- *   that alternate at one slot are both admitted.  The caller skips the cache
- *   for a str whose only reference is its span's (span_v04.c): it cannot be
- *   cached and will not be seen again.  A miss reads
- *   only the tag array (8 bytes a slot, a pair in one line); a hit reads its
- *   tag and its one-line slot.
+ *   remembered string keeps the mark against two newcomers, so up to three
+ *   strings that take turns at one slot are each admitted.  The caller skips
+ *   the cache for a str whose only reference is its span's (span_v04.c): it
+ *   cannot be in the cache, which holds a reference of its own.  A miss of a
+ *   string probed tag first (a tag value) reads only the tag array (8 bytes a
+ *   slot, a pair in one line), its hit the tag and the one-line slot; names
+ *   and keys go to their own slot first, where they are usually found.
  *
  * StringTable (v0.5): the payload's string table.  Maps str content to its
  *   index, keeps the encoded table entries in order, and can be rolled back to
@@ -56,10 +57,10 @@ typedef struct {
  * string that is not cached, and its admission, touch no slot. */
 typedef struct {
     uint32_t cached; /* the key's tag (its address >> 4) while the slot holds one, else 0 */
-    /* The mark: the low 16 bits of the tag of the string last seen uncached
-     * whose own slot this is, with bit 0 set, then cleared once a newcomer
-     * has been turned away (strcache_store); 0 for none.  A wrong match only
-     * admits a string early. */
+    /* The mark: the low 14 bits of the tag of the string last seen uncached
+     * whose own slot this is, shifted left by 2, and in the low 2 bits how
+     * many more newcomers it holds the mark against (strcache_store); 0 for
+     * none.  A wrong match only admits a string early. */
     uint16_t seen_tag;
     uint16_t seen_at; /* the miss count (low 16 bits) when the mark was set */
 } StrCacheTags;
@@ -157,6 +158,11 @@ int strcache_admit(EncodedStrCache *cache, PyObject *key, size_t index, const ch
  * over the whole table) than encoding them. */
 #define STRCACHE_REUSE_WINDOW 1024
 
+/* How many newcomers a marked string keeps the mark against: of up to three
+ * repeated strings that take turns at one own slot, each is admitted in turn
+ * (with one, two strings that alternate would be, three never). */
+#define STRCACHE_MARK_HOLDS 2
+
 /* After a miss: cache `key` (own slot `index`), which encodes to `encoded`,
  * if it was seen at its slot's mark within the reuse window; a no-op for
  * encodings too large.  Returns 0 (so that callers can end with it).  A
@@ -170,24 +176,23 @@ strcache_store(EncodedStrCache *cache, PyObject *key, size_t index, const char *
         return 0;
     }
     uint16_t now = (uint16_t)cache->misses;
-    uint16_t tag = (uint16_t)(strcache_tag_of(key) | 1);
+    uint16_t mark = (uint16_t)((strcache_tag_of(key) << 2) | STRCACHE_MARK_HOLDS);
     StrCacheTags *tags = &cache->tags[index];
     uint16_t seen = tags->seen_tag;
     if ((uint16_t)(now - tags->seen_at) < STRCACHE_REUSE_WINDOW) {
-        if ((seen | 1) == tag) {
+        if (((seen ^ mark) & ~3) == 0) {
             tags->seen_tag = 0; /* free for the next newcomer */
             return strcache_admit(cache, key, index, encoded, size);
         }
-        /* A string remembered here and not yet passed over keeps the
-         * mark, flagged (bit 0 cleared), so that of two strings that
-         * alternate at one slot one is admitted, then the other. */
-        if (seen & 1) {
+        /* A string remembered here keeps the mark against a newcomer while
+         * it has holds left. */
+        if (seen & 3) {
             tags->seen_tag = (uint16_t)(seen - 1);
             return 0;
         }
     }
     /* First sighting (or the last one too long ago): this one takes the mark. */
-    tags->seen_tag = tag;
+    tags->seen_tag = mark;
     tags->seen_at = now;
     return 0;
 }

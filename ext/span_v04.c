@@ -162,9 +162,9 @@ v04_write_text_probing(SpanWriter *w, PyObject *value, const char *field, PyObje
      * reference count.  A value whose one reference is its span's (a tag
      * value or key built for this span, read without a reference of ours)
      * skips the cache: it cannot be in it (the cache holds a reference of
-     * its own), a span is encoded once, and the probe would load a tag line
-     * for nothing (a benchmark that encodes the same spans again would
-     * otherwise fill the cache with them). */
+     * its own), a span is usually encoded once, and the probe would load a
+     * tag line for nothing (a benchmark that encodes the same spans again
+     * would otherwise fill the cache with them). */
     size_t cache_index = STRCACHE_NO_SLOT;
     if (w->cache != NULL && Py_REFCNT(value) > 1) {
         int cached =

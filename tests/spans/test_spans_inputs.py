@@ -972,6 +972,42 @@ def test_repeated_strings_stay_cached_wherever_their_addresses_land():
     assert sum(misses) <= 20, misses
 
 
+def v04_cache_own_slot(text):
+    """The v0.4 cache's own slot for a str (strcache_index_of in ext/intern.h:
+    the address over 16, times a 64-bit odd constant, bits 32 to 43)."""
+    return ((((id(text) >> 4) * 0x9E3779B97F4A7C15) & (2**64 - 1)) >> 32) & 4095
+
+
+def test_three_strings_taking_turns_at_one_slot_are_each_cached():
+    """Three repeated names whose own slot is the same, taking turns.  The
+    pair holds two of them at a time, so some lookups must miss, but each is
+    admitted in turn.  With a mark that held against one newcomer only, none
+    of the three was ever admitted and every lookup missed (found in review)."""
+    by_slot = {}
+    candidates = ["turns-%d" % i for i in range(20000)]
+    for text in candidates:
+        by_slot.setdefault(v04_cache_own_slot(text), []).append(text)
+    trio = next(group[:3] for group in by_slot.values() if len(group) >= 3)
+
+    def warm_round(names):
+        trace = [dict_span(span_id=i + 1, name=names[i % len(names)]) for i in range(300)]
+        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+        for _ in range(3):
+            encoder.encode_traces([trace])
+        before = encoder._intern_stats()
+        payload = encoder.encode_traces([trace])
+        assert payload == encode("v0.4", [trace], intern=False)
+        after = encoder._intern_stats()
+        return after["misses"] - before["misses"], after["entries"]
+
+    _, entries_for_one = warm_round(trio[:1])
+    misses, entries = warm_round(trio)
+    # v04_cache_own_slot must pick the extension's slot: the three share one
+    # pair, so at most two of them are cached at any time.
+    assert entries <= entries_for_one + 1, "v04_cache_own_slot no longer matches strcache_index_of"
+    assert misses <= 150, misses  # 300: every lookup
+
+
 def test_strings_only_their_span_holds_do_not_enter_the_cache():
     """A tag key or value built for one span, held by nothing but that span,
     cannot be in the v0.4 cache (an entry holds a reference of its own), so
