@@ -133,6 +133,9 @@ v04_write_str_uncached(SpanWriter *w, PyObject *value, size_t cache_index, const
         return v04_write_str_uncached_slow(w, value, cache_index, field, key);
     }
     const char *data = (const char *)PyUnicode_DATA(value);
+    /* Written here rather than by v04_put_str_uncached, which gives the
+     * same bytes: calling it measured 5% more instructions on keys_per_span
+     * and many_tags (callgrind, CPython 3.11). */
     char *p = encoded;
     if (size < MP_FIXSTR_LIMIT) {
         *p++ = (char)(MP_FIXSTR | size);
