@@ -138,10 +138,41 @@ ddtrace_attributes(PyObject **attributes)
     return 0;
 }
 
-/* The names read from ddtrace's Context (see SpanFieldReader). */
+/* Where ddtrace's native spans (4.9 and later: tags, links, events and
+ * struct tags kept in native code) give the fields that are not
+ * attributes there: the accessor ddtrace's own encoder calls for the value,
+ * and the one it asks first whether there is any (NULL: none). */
+static const struct {
+    SpanField field;
+    const char *accessor, *guard;
+} DDTRACE_ACCESSORS[] = {
+    {SF_META, "_get_str_attributes", NULL},
+    {SF_METRICS, "_get_numeric_attributes", NULL},
+    {SF_META_STRUCT, "_get_meta_structs", "_has_meta_structs"},
+    {SF_LINKS, "_get_links", "_has_links"},
+    {SF_EVENTS, "_get_events", "_has_events"},
+};
+#define DDTRACE_ACCESSOR_COUNT ((int)(sizeof DDTRACE_ACCESSORS / sizeof DDTRACE_ACCESSORS[0]))
+
+/* ddtrace's names (see SpanFieldReader): its Span's attributes (one per
+ * field, in the form of reader->attribute), its native spans' accessors,
+ * and what is read from its Context. */
 static int
-ddtrace_context_names(SpanFieldReader *reader)
+ddtrace_names(SpanFieldReader *reader)
 {
+    if (ddtrace_attributes(reader->ddtrace_attribute) < 0) {
+        return -1;
+    }
+    for (int k = 0; k < DDTRACE_ACCESSOR_COUNT; k++) {
+        SpanField field = DDTRACE_ACCESSORS[k].field;
+        const char *guard = DDTRACE_ACCESSORS[k].guard;
+        reader->ddtrace_accessor[field] = PyUnicode_InternFromString(DDTRACE_ACCESSORS[k].accessor);
+        if (reader->ddtrace_accessor[field] == NULL ||
+            (guard != NULL &&
+             (reader->ddtrace_accessor_guard[field] = PyUnicode_InternFromString(guard)) == NULL)) {
+            return -1;
+        }
+    }
     reader->context_name = PyUnicode_InternFromString("context");
     reader->context_meta_name = PyUnicode_InternFromString("_meta");
     reader->origin_meta_key = PyUnicode_InternFromString("_dd.origin");
@@ -170,8 +201,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warni
     list_required_span_fields(reader);
     if (fields == NULL || fields == Py_None) {
         reader->recognise_ddtrace = 1;
-        if (ddtrace_attributes(reader->ddtrace_attribute) < 0 ||
-            ddtrace_context_names(reader) < 0) {
+        if (ddtrace_names(reader) < 0) {
             goto error;
         }
         return 0;
@@ -183,8 +213,7 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warni
             goto error;
         }
         reader->ddtrace_fields = 1;
-        if (ddtrace_attributes(reader->ddtrace_attribute) < 0 ||
-            ddtrace_context_names(reader) < 0) {
+        if (ddtrace_names(reader) < 0) {
             goto error;
         }
         for (int i = 0; i < SF_COUNT; i++) {
@@ -236,6 +265,7 @@ layout_clear(SpanTypeLayout *layout)
     Py_CLEAR(layout->type);
     for (int i = 0; i < SF_COUNT; i++) {
         Py_CLEAR(layout->access[i].object);
+        Py_CLEAR(layout->access[i].guard);
     }
     for (int k = 0; k < layout->watched_count; k++) {
         Py_CLEAR(layout->watched[k]);
@@ -257,6 +287,8 @@ spanfields_clear(SpanFieldReader *reader)
     Py_CLEAR(reader->ddtrace_context_type);
     for (int i = 0; i < SF_COUNT; i++) {
         Py_CLEAR(reader->ddtrace_attribute[i]);
+        Py_CLEAR(reader->ddtrace_accessor[i]);
+        Py_CLEAR(reader->ddtrace_accessor_guard[i]);
     }
     Py_CLEAR(reader->ddtrace_span_type);
     Py_CLEAR(reader->field_warning);
@@ -273,6 +305,7 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
         Py_VISIT(reader->layouts[i].type);
         for (int k = 0; k < SF_COUNT; k++) {
             Py_VISIT(reader->layouts[i].access[k].object);
+            Py_VISIT(reader->layouts[i].access[k].guard);
         }
         for (int k = 0; k < reader->layouts[i].watched_count; k++) {
             Py_VISIT(reader->layouts[i].watched[k]);
@@ -325,6 +358,7 @@ static void
 classify_attribute(PyTypeObject *type, PyObject *attribute, FieldAccess *access, Py_ssize_t *offset)
 {
     access->object = NULL;
+    access->guard = NULL;
     *offset = 0;
     if (!PyUnicode_Check(attribute) || type->tp_getattro != PyObject_GenericGetAttr) {
         access->source = FIELD_GETATTR; /* dotted path, or customised access */
@@ -411,6 +445,17 @@ read_access(PyObject *obj, PyTypeObject *type, const FieldAccess *access, Py_ssi
     }
     case FIELD_GETATTR_STRICT:
         *value = PyObject_GetAttr(obj, attribute);
+        return *value == NULL ? -1 : 0;
+    case FIELD_ACCESSOR:
+        if (access->guard != NULL) {
+            PyObject *any = PyObject_Vectorcall(access->guard, &obj, 1, NULL);
+            int truth = any != NULL ? PyObject_IsTrue(any) : -1;
+            Py_XDECREF(any);
+            if (truth <= 0) {
+                return truth; /* 0: none, so absent */
+            }
+        }
+        *value = PyObject_Vectorcall(access->object, &obj, 1, NULL);
         return *value == NULL ? -1 : 0;
     case FIELD_GETATTR:
         if (!PyUnicode_Check(attribute)) {
@@ -633,6 +678,29 @@ is_ddtrace_span_class(SpanFieldReader *reader, PyTypeObject *type)
     return result;
 }
 
+/* The version of the ddtrace loaded in this process, for messages: its
+ * `__version__` (never importing it), else "of an unknown version".  A new
+ * reference, or NULL with an error. */
+static PyObject *
+ddtrace_version_text(void)
+{
+    PyObject *name = PyUnicode_FromString("ddtrace");
+    PyObject *module = name != NULL ? PyImport_GetModule(name) : NULL;
+    PyObject *version = module != NULL ? PyObject_GetAttrString(module, "__version__") : NULL;
+    PyObject *text = NULL;
+    if (version != NULL && PyUnicode_Check(version)) {
+        text = PyUnicode_FromFormat("%U", version);
+    }
+    else if (name != NULL) {
+        PyErr_Clear(); /* no module, or no version: said so instead */
+        text = PyUnicode_FromString("of an unknown version");
+    }
+    Py_XDECREF(version);
+    Py_XDECREF(module);
+    Py_XDECREF(name);
+    return text;
+}
+
 /* "module.QualifiedName" of a class, for messages (a new reference). */
 static PyObject *
 class_display_name(PyTypeObject *type)
@@ -680,6 +748,7 @@ name_state(PyObject *span, PyTypeObject *type, PyObject *name)
         Py_XDECREF(value);
         break;
     case FIELD_CLASS_VALUE:
+    case FIELD_ACCESSOR:
         state = NAME_PRESENT;
         break;
     case FIELD_DESCRIPTOR:
@@ -888,6 +957,90 @@ check_mapped_names(SpanFieldReader *reader, PyTypeObject *type, const FieldAcces
     return 0;
 }
 
+/* Refuse a ddtrace span class whose `field` spanpack cannot read (`why`):
+ * a TypeError naming the ddtrace version, the class and the field, *failed
+ * the field.  Always -1. */
+static int
+ddtrace_layout_unknown(PyTypeObject *type, int field, const char *why, PyObject *detail,
+                       int *failed)
+{
+    *failed = field;
+    PyObject *version = ddtrace_version_text();
+    PyObject *name = version != NULL ? class_display_name(type) : NULL;
+    if (name != NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "ddtrace %U: span class %U keeps its %s in a way spanpack does not know (%s "
+                     "%R), so its spans cannot be written whole; spanpack reads the Span of "
+                     "ddtrace 4.x releases whose tags are attributes or behind the accessors of "
+                     "4.9 to 4.16",
+                     version, name, span_field_names[field], why, detail);
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(version);
+    return -1;
+}
+
+/* A method ddtrace's class defines and its encoder calls with the span
+ * alone: a C method or a Python function found on the class. */
+static inline int
+is_plain_method(PyObject *found)
+{
+    return found != NULL && (Py_IS_TYPE(found, &PyMethodDescr_Type) || PyFunction_Check(found));
+}
+
+/* The accesses of ddtrace's own Span class (or a subclass of it), as the
+ * ddtrace in this process keeps its fields: its pure-Python Span and the
+ * first native ones keep tags, links, events and struct tags in attributes
+ * (`_meta`, `_metrics`, ...: `access` as resolved from ddtrace's attribute
+ * names), later ones in native code behind accessors (DDTRACE_ACCESSORS),
+ * which replace those accesses.  Anything else is refused, never read in
+ * part: a missing accessor, one that is not a plain method, a missing
+ * attribute.  0, or -1 with a TypeError (*failed the field). */
+static int
+resolve_ddtrace_fields(SpanFieldReader *reader, PyTypeObject *type, FieldAccess *access,
+                       int *failed)
+{
+    /* _PyType_Lookup's result is borrowed: owned at once (see
+     * classify_attribute). */
+    PyObject *first = Py_XNewRef(_PyType_Lookup(type, reader->ddtrace_accessor[SF_META]));
+    int native = first != NULL;
+    Py_XDECREF(first);
+    for (int k = 0; native && k < DDTRACE_ACCESSOR_COUNT; k++) {
+        SpanField field = DDTRACE_ACCESSORS[k].field;
+        PyObject *guard_name = reader->ddtrace_accessor_guard[field];
+        PyObject *method = Py_XNewRef(_PyType_Lookup(type, reader->ddtrace_accessor[field]));
+        PyObject *guard = guard_name != NULL ? Py_XNewRef(_PyType_Lookup(type, guard_name)) : NULL;
+        PyObject *refused = NULL; /* the name of what cannot be called so */
+        const char *why = NULL;
+        if (!is_plain_method(method)) {
+            refused = reader->ddtrace_accessor[field];
+            why = method == NULL ? "no accessor" : "not a method:";
+        }
+        else if (guard_name != NULL && !is_plain_method(guard)) {
+            refused = guard_name;
+            why = guard == NULL ? "no accessor" : "not a method:";
+        }
+        if (refused != NULL) {
+            Py_XDECREF(method);
+            Py_XDECREF(guard);
+            return ddtrace_layout_unknown(type, field, why, refused, failed);
+        }
+        Py_XDECREF(access[field].object);
+        access[field].source = FIELD_ACCESSOR;
+        access[field].object = method;
+        access[field].guard = guard;
+    }
+    /* The fields every ddtrace Span has, whichever way it keeps them. */
+    for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
+        int optional = i == SF_META_STRUCT || i == SF_LINKS || i == SF_EVENTS;
+        if (access[i].source == FIELD_ABSENT && !optional) {
+            return ddtrace_layout_unknown(type, i, "no accessor and no attribute",
+                                          reader->ddtrace_attribute[i], failed);
+        }
+    }
+    return 0;
+}
+
 /* The layout of `type`, from the cache or resolved now (from `span`, an
  * instance, or NULL: the first span of a class is checked for misnamed
  * fields).  Resolving may run Python code (a key's __eq__ in a class
@@ -929,14 +1082,16 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     reader->resolutions++;
     Py_INCREF(type);
     PyObject *const *attributes = reader->attribute;
-    int ddtrace_span = reader->recognise_ddtrace ? is_ddtrace_span_class(reader, type) : 0;
+    int ddtrace_span = reader->recognise_ddtrace || reader->ddtrace_fields
+                           ? is_ddtrace_span_class(reader, type)
+                           : 0;
     if (ddtrace_span < 0) {
         *failed = -1;
         Py_DECREF(type);
         return NULL;
     }
     if (ddtrace_span) {
-        attributes = reader->ddtrace_attribute;
+        attributes = reader->ddtrace_attribute; /* (with fields="ddtrace", the same names) */
     }
     FieldAccess access[SF_COUNT];
     Py_ssize_t offsets[SF_COUNT];
@@ -949,9 +1104,11 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
         classify_attribute(type, attributes[i], &access[i], &offsets[i]);
     }
     if (check_mapped_names(reader, type, access, failed) < 0 ||
+        (ddtrace_span && resolve_ddtrace_fields(reader, type, access, failed) < 0) ||
         (!ddtrace_span && warn_other_names(reader, type, span, attributes, failed) < 0)) {
         for (int i = 0; i < SF_COUNT; i++) {
             Py_XDECREF(access[i].object);
+            Py_XDECREF(access[i].guard);
         }
         Py_DECREF(type);
         return NULL;
@@ -1047,6 +1204,7 @@ read_calls(SpanFieldReader *reader, const SpanTypeLayout *layout, PyObject *span
         int i = __builtin_ctz(bits);
         access[i] = layout->access[i];
         Py_XINCREF(access[i].object);
+        Py_XINCREF(access[i].guard);
     }
     unsigned long resolutions = reader->resolutions;
     int result = 0, stopped = 0;
@@ -1066,6 +1224,7 @@ read_calls(SpanFieldReader *reader, const SpanTypeLayout *layout, PyObject *span
             }
         }
         Py_XDECREF(access[i].object);
+        Py_XDECREF(access[i].guard);
     }
     return result;
 }

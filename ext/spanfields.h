@@ -97,13 +97,20 @@ typedef enum {
                            * descriptor the instance __dict__ may shadow) */
     FIELD_GETATTR,        /* getattr, AttributeError means absent: the class
                            * customises attribute access, or a dotted path */
+    FIELD_ACCESSOR,       /* a method of the class called with the span alone
+                           * (ddtrace's native spans: `_get_str_attributes()`),
+                           * after its guard, when it has one, said yes */
 } FieldSource;
 
 typedef struct {
     FieldSource source;
-    /* FIELD_DESCRIPTOR: the descriptor; FIELD_CLASS_VALUE: the value (strong
-     * references); NULL otherwise. */
+    /* FIELD_DESCRIPTOR: the descriptor; FIELD_CLASS_VALUE: the value;
+     * FIELD_ACCESSOR: the method (strong references); NULL otherwise. */
     PyObject *object;
+    /* FIELD_ACCESSOR: the method that says whether there is a value at all
+     * (`_has_links()`), called first; a false answer means absent (strong
+     * reference, or NULL: no guard). */
+    PyObject *guard;
 } FieldAccess;
 
 typedef struct {
@@ -191,6 +198,12 @@ typedef struct {
     int recognise_ddtrace;
     PyObject *ddtrace_attribute[SF_COUNT];
     PyTypeObject *ddtrace_span_type;
+    /* The accessors of ddtrace's native spans (4.9 and later keep tags,
+     * links, events and struct tags in native code): for each entry of
+     * DDTRACE_ACCESSORS (spanfields.c), the method's name and its guard's
+     * (interned; NULL where there is no guard). */
+    PyObject *ddtrace_accessor[SF_COUNT];
+    PyObject *ddtrace_accessor_guard[SF_COUNT];
     /* Fields a fields= mapping names (bit i: field i): a class that can
      * never have the attribute is refused when it is first resolved. */
     uint32_t mapped;

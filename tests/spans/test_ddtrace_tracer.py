@@ -1,0 +1,264 @@
+"""spanpack on the spans ddtrace's own tracer makes, against ddtrace's own encoder.
+
+Whichever ddtrace is installed (the [test] extra's 4.2.3, whose Span is pure
+Python; CI's ddtrace matrix, scripts/ci_ddtrace.sh, runs this module again with
+the native spans of later release lines), traces are made through ddtrace's
+tracer API and taken where ddtrace's writer would take them (after every
+trace processor, so with the trace-level tags ddtrace adds), then encoded by
+ddtrace's MsgpackEncoderV04/V05 (put + encode) and by each spanpack entry
+point: the bytes must be equal.  v1.0 payloads of the same traces must mean
+what v0.4's mean (the canonical forms of test_one_meaning.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Dict, List
+
+import pytest
+
+pytest.importorskip("ddtrace")
+
+import ddtrace  # noqa: E402
+from ddtrace._trace.span import Span  # noqa: E402
+from ddtrace.trace import Context, tracer  # noqa: E402
+
+import spanpack  # noqa: E402
+
+from tests.spans.test_one_meaning import CANONICAL  # noqa: E402
+from tests.support import assert_all_paths_equal, ddtrace_payload, spanpack_paths  # noqa: E402
+
+# Each form spanpack can be asked to read ddtrace's spans in: by default (the
+# class recognised) and with fields="ddtrace".
+FIELDS = (None, "ddtrace")
+# (version, native span events): v0.4 and v0.5 as ddtrace's writer sends
+# them by default, and v0.4 with DD_TRACE_NATIVE_SPAN_EVENTS.
+ENCODINGS = (("v0.4", False), ("v0.5", False), ("v0.4", True))
+
+
+class _Recorder:
+    """Stands in for ddtrace's trace writer: keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.traces: List[list] = []
+
+    def write(self, spans=None) -> None:
+        if spans:
+            self.traces.append(list(spans))
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None  # flush_queue, stop, recreate...
+
+
+@pytest.fixture
+def finished_traces():
+    """Calls a function that traces with ddtrace's global tracer and returns
+    the traces ddtrace's writer would have been given."""
+    aggregator = tracer._span_aggregator
+    previous = aggregator.writer
+    recorder = _Recorder()
+    aggregator.writer = recorder
+
+    def run(body: Callable[[], None]) -> List[list]:
+        recorder.traces.clear()
+        body()
+        assert recorder.traces, "the tracer finished no trace"
+        return list(recorder.traces)
+
+    try:
+        yield run
+    finally:
+        aggregator.writer = previous
+
+
+# ---------------------------------------------------------------------------
+# Traces made through ddtrace's API, the shapes the speed benchmark uses too
+# (benchmarks/bench_ddtrace_native.py) and the features ddtrace writes
+
+
+def one_span() -> None:
+    with tracer.trace("web.request", service="web", resource="GET /", span_type="web") as span:
+        span.set_tag("http.method", "GET")
+
+
+def web_with_children(children: int = 10, tags: int = 2) -> None:
+    with tracer.trace("web.request", service="web", resource="GET /users/42", span_type="web") as root:
+        root.set_tag("http.method", "GET")
+        root.set_tag("http.url", "http://example.test/users/42")
+        root.set_tag("http.status_code", 200)
+        root.set_tag("component", "flask")
+        for i in range(children):
+            with tracer.trace("redis.command", service="redis", resource="GET user:%d" % i, span_type="redis") as c:
+                c.set_tag("db.system", "redis")
+                c.set_tag("out.host", "cache-%d.internal" % (i % 3))
+                for t in range(tags - 2):
+                    c.set_tag("tag.%d" % t, "value-%d-%d" % (i, t))
+                c.set_metric("db.row_count", i)
+
+
+def web_50_children_40_tags() -> None:
+    web_with_children(children=50, tags=40)
+
+
+def errors_links_events_struct_tags() -> None:
+    with tracer.trace("web.request", service="web", resource="POST /orders", span_type="web") as root:
+        with tracer.trace("db.query", service="postgres", resource="INSERT", span_type="sql") as failing:
+            try:
+                raise ValueError("duplicate key")
+            except ValueError:
+                failing.set_exc_info(*sys.exc_info())
+        with tracer.trace("queue.publish", service="kafka") as producer:
+            producer.link_span(root.context, attributes={"link.kind": "follows", "n": 3, "ok": True})
+            producer.set_link(trace_id=(7 << 64) | 9, span_id=11, tracestate="dd=s:1", flags=1,
+                              attributes={"list": ["a", "b"], "x": 1.5})
+            producer._add_event("retry", {"attempt": 2, "reason": "timeout", "ratio": 0.5,
+                                          "flag": False, "codes": [1, 2, 3]}, 1_700_000_000_000_000_000)
+            producer._add_event("sent")
+            try:
+                raise KeyError("missing")
+            except KeyError as e:
+                producer.record_exception(e)
+            producer._set_struct_tag("appsec", {"triggers": [{"rule": "r-1"}], "score": 1.5})
+        root.error = 1
+
+
+def tag_and_metric_types() -> None:
+    with tracer.trace("worker.job", service="jobs", resource="nightly") as span:
+        span.set_tag("text", "value")
+        span.set_tag("integer", 42)
+        span.set_tag("big.integer", 1 << 60)
+        span.set_tag("negative", -7)
+        span.set_tag("real", 2.5)
+        span.set_tag("flag", True)
+        span.set_tag("nothing", None)
+        span.set_tag("raw", b"bytes")
+        span.set_tag("items", [1, "two"])
+        span.set_tag("mapping", {"k": "v"})
+        span.set_tag("unicode", "h\u00e9llo \u2603")
+        span.set_tags({"many.a": "1", "many.b": 2})
+        span.set_metric("metric.int", 3)
+        span.set_metric("metric.float", 0.25)
+        span.set_metrics({"metric.more": 1e300, "metric.small": -1e-300})
+        span.set_tag("manual.keep")
+
+
+def distributed_with_origin() -> None:
+    """A trace continued from a propagated context: origin, sampling priority
+    and decision maker, _dd.p.* tags, a 128-bit trace id."""
+    parent = Context(trace_id=(0x6B15 << 96) | (0xABC << 64) | 12345, span_id=777, dd_origin="synthetics",
+                     sampling_priority=2, meta={"_dd.p.dm": "-4", "_dd.p.usr.id": "dXNlcg=="})
+    tracer.context_provider.activate(parent)
+    try:
+        with tracer.trace("web.request", service="web", resource="GET /health") as root:
+            root.set_tag("http.method", "GET")
+            with tracer.trace("child"):
+                pass
+    finally:
+        tracer.context_provider.activate(None)
+
+
+def manual_drop_64_bit() -> None:
+    parent = Context(trace_id=42, span_id=43, sampling_priority=-1, meta={"_dd.p.dm": "-3"})
+    tracer.context_provider.activate(parent)
+    try:
+        with tracer.trace("background") as span:
+            span.set_tag("manual.drop")
+    finally:
+        tracer.context_provider.activate(None)
+
+
+SHAPES: Dict[str, Callable[[], None]] = {
+    "one_span": one_span,
+    "web_10_children": web_with_children,
+    "web_50_children_40_tags": web_50_children_40_tags,
+    "errors_links_events_struct_tags": errors_links_events_struct_tags,
+    "tag_and_metric_types": tag_and_metric_types,
+    "distributed_with_origin": distributed_with_origin,
+    "manual_drop_64_bit": manual_drop_64_bit,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("fields", FIELDS, ids=["recognised", "fields=ddtrace"])
+def test_tracer_spans_encode_as_ddtrace_encodes_them(finished_traces, shape, fields):
+    traces = finished_traces(SHAPES[shape])
+    for version, native in ENCODINGS:
+        expected = ddtrace_payload(version, traces, native_span_events=native)
+        options = {"native_span_events": True} if native else {}
+        try:
+            assert_all_paths_equal(expected, spanpack_paths(version, traces, fields, **options))
+        except AssertionError as e:
+            raise AssertionError("ddtrace %s, %s%s: %s" % (
+                ddtrace.__version__, version, " native events" if native else "", e)) from None
+
+
+def test_every_shape_carries_tags_and_metrics(finished_traces):
+    """The comparison above is not vacuous: ddtrace's own encoder writes tags
+    and metrics on every span of these traces, and spanpack writes them too."""
+    for shape, body in SHAPES.items():
+        traces = finished_traces(body)
+        payload = spanpack.TraceMsgPackEncoder("v0.4").encode_traces(traces)
+        for trace in CANONICAL["v0.4"](payload):
+            for span in trace:
+                assert span["meta"], (shape, span["name"])
+            assert any(span["metrics"] for span in trace), shape
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_v10_means_what_v04_means(finished_traces, shape):
+    traces = finished_traces(SHAPES[shape])
+    canonical = {
+        version: CANONICAL[version](spanpack.TraceMsgPackEncoder(version, native_span_events=True).encode_traces(traces))
+        for version in ("v0.4", "v1.0")
+    }
+    assert canonical["v1.0"] == canonical["v0.4"]
+
+
+# ---------------------------------------------------------------------------
+# Never partial: a ddtrace Span class spanpack cannot read whole is refused
+
+
+def _native() -> bool:
+    return not hasattr(Span, "_meta")
+
+
+def _subclass_without(name: str) -> type:
+    """A subclass of ddtrace's Span where `name` is not what ddtrace has
+    (an accessor replaced by a non-method, or a tag attribute hidden)."""
+    return type("Renamed", (Span,), {"__slots__": (), name: property(lambda self: {})})
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_unknown_ddtrace_layout_is_refused_naming_version_and_field(version):
+    """An accessor that is not a method (a future ddtrace, or a subclass
+    that replaced it) is refused on every ddtrace: read as the attribute-kept
+    layout instead, the span would leave without its tags."""
+    span = _subclass_without("_get_str_attributes")("n", service="s", trace_id=1, span_id=2)
+    span.finish()
+    with pytest.raises(TypeError) as raised:
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[span]])
+    message = str(raised.value)
+    assert "ddtrace %s" % ddtrace.__version__ in message
+    assert "meta" in message and "_get_str_attributes" in message
+
+
+@pytest.mark.skipif(not _native(), reason="ddtrace's native spans only")
+@pytest.mark.parametrize("accessor", ["_get_numeric_attributes", "_has_links", "_get_events", "_has_meta_structs"])
+def test_each_native_accessor_is_required(accessor):
+    span = _subclass_without(accessor)("n", service="s", trace_id=1, span_id=2)
+    span.finish()
+    with pytest.raises(TypeError, match=accessor):
+        spanpack.TraceMsgPackEncoder("v0.4").encode_traces([[span]])
+
+
+def test_subclass_of_ddtrace_span_is_read_like_span(finished_traces):
+    """A tracer author's subclass of ddtrace's Span (with an instance
+    __dict__) is read through ddtrace's accessors too."""
+    Sub = type("Sub", (Span,), {})
+    span = Sub("op", service="svc", resource="res", trace_id=5, span_id=6)
+    span.set_tag("k", "v")
+    span.set_metric("m", 2)
+    span.finish()
+    for version in ("v0.4", "v0.5"):
+        expected = ddtrace_payload(version, [[span]])
+        assert_all_paths_equal(expected, spanpack_paths(version, [[span]]))
