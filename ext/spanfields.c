@@ -381,7 +381,14 @@ classify_attribute(PyTypeObject *type, PyObject *attribute, FieldAccess *access,
             Py_DECREF(found);
             return;
         }
-        access->source = FIELD_DESCRIPTOR;
+        /* A C type's attribute (a native span's name, ids, times): its
+         * getter can be called without getset_get's type check, made here
+         * once for the class. */
+        access->source = kind == &PyGetSetDescr_Type &&
+                                 ((PyGetSetDescrObject *)found)->d_getset->get != NULL &&
+                                 PyType_IsSubtype(type, PyDescr_TYPE(found))
+                             ? FIELD_GETSET
+                             : FIELD_DESCRIPTOR;
         access->object = found;
         return;
     }
@@ -418,6 +425,22 @@ instance_attribute(PyObject *obj, PyObject *name, PyObject **value)
 
 static int get_attribute_path(PyObject *obj, PyObject *path, PyObject **value);
 
+/* An accessor method (FIELD_ACCESSOR) called on `obj`: a C method without
+ * arguments, of a base of `type` (checked once, when the layout was made),
+ * directly, as its descriptor would call it once it has checked the class;
+ * anything else through the descriptor. */
+static inline PyObject *
+call_accessor(PyObject *method, PyObject *obj, PyTypeObject *type)
+{
+    if (Py_IS_TYPE(method, &PyMethodDescr_Type) && Py_IS_TYPE(obj, type)) {
+        PyMethodDef *def = ((PyMethodDescrObject *)method)->d_method;
+        if (def->ml_flags == METH_NOARGS) {
+            return def->ml_meth(obj, NULL);
+        }
+    }
+    return PyObject_Vectorcall(method, &obj, 1, NULL);
+}
+
 /* Read one attribute of `obj` (of class `type`, held by the caller) as
  * `access` says.  May run Python code, except for slots and absent fields. */
 static int
@@ -446,16 +469,28 @@ read_access(PyObject *obj, PyTypeObject *type, const FieldAccess *access, Py_ssi
     case FIELD_GETATTR_STRICT:
         *value = PyObject_GetAttr(obj, attribute);
         return *value == NULL ? -1 : 0;
+    case FIELD_GETSET: {
+        /* (`type` is a subclass of the descriptor's, checked once; an object
+         * of another class is checked as getset_get would.) */
+        PyGetSetDef *def = ((PyGetSetDescrObject *)access->object)->d_getset;
+        if (SP_LIKELY(Py_IS_TYPE(obj, type))) {
+            *value = def->get(obj, def->closure);
+        }
+        else {
+            *value = Py_TYPE(access->object)->tp_descr_get(access->object, obj, (PyObject *)type);
+        }
+        return *value == NULL ? -1 : 0;
+    }
     case FIELD_ACCESSOR:
         if (access->guard != NULL) {
-            PyObject *any = PyObject_Vectorcall(access->guard, &obj, 1, NULL);
+            PyObject *any = call_accessor(access->guard, obj, type);
             int truth = any != NULL ? PyObject_IsTrue(any) : -1;
             Py_XDECREF(any);
             if (truth <= 0) {
                 return truth; /* 0: none, so absent */
             }
         }
-        *value = PyObject_Vectorcall(access->object, &obj, 1, NULL);
+        *value = call_accessor(access->object, obj, type);
         return *value == NULL ? -1 : 0;
     case FIELD_GETATTR:
         if (!PyUnicode_Check(attribute)) {
@@ -749,6 +784,7 @@ name_state(PyObject *span, PyTypeObject *type, PyObject *name)
         break;
     case FIELD_CLASS_VALUE:
     case FIELD_ACCESSOR:
+    case FIELD_GETSET:
         state = NAME_PRESENT;
         break;
     case FIELD_DESCRIPTOR:
@@ -981,11 +1017,14 @@ ddtrace_layout_unknown(PyTypeObject *type, int field, const char *why, PyObject 
 }
 
 /* A method ddtrace's class defines and its encoder calls with the span
- * alone: a C method or a Python function found on the class. */
+ * alone: a C method of a base of `type`, or a Python function, found on the
+ * class. */
 static inline int
-is_plain_method(PyObject *found)
+is_plain_method(PyTypeObject *type, PyObject *found)
 {
-    return found != NULL && (Py_IS_TYPE(found, &PyMethodDescr_Type) || PyFunction_Check(found));
+    return found != NULL && ((Py_IS_TYPE(found, &PyMethodDescr_Type) &&
+                              PyType_IsSubtype(type, PyDescr_TYPE(found))) ||
+                             PyFunction_Check(found));
 }
 
 /* The accesses of ddtrace's own Span class (or a subclass of it), as the
@@ -1012,11 +1051,11 @@ resolve_ddtrace_fields(SpanFieldReader *reader, PyTypeObject *type, FieldAccess 
         PyObject *guard = guard_name != NULL ? Py_XNewRef(_PyType_Lookup(type, guard_name)) : NULL;
         PyObject *refused = NULL; /* the name of what cannot be called so */
         const char *why = NULL;
-        if (!is_plain_method(method)) {
+        if (!is_plain_method(type, method)) {
             refused = reader->ddtrace_accessor[field];
             why = method == NULL ? "no accessor" : "not a method:";
         }
-        else if (guard_name != NULL && !is_plain_method(guard)) {
+        else if (guard_name != NULL && !is_plain_method(type, guard)) {
             refused = guard_name;
             why = guard == NULL ? "no accessor" : "not a method:";
         }

@@ -93,6 +93,8 @@ typedef enum {
     FIELD_INSTANCE,       /* the instance __dict__, else a plain class attribute */
     FIELD_CLASS_VALUE,    /* a plain class attribute, and no instance __dict__ */
     FIELD_DESCRIPTOR,     /* a property or other descriptor: its getter is called */
+    FIELD_GETSET,         /* a C type's getset descriptor, of a base of the class:
+                           * its C getter is called directly */
     FIELD_GETATTR_STRICT, /* getattr, every error propagates (a non-data
                            * descriptor the instance __dict__ may shadow) */
     FIELD_GETATTR,        /* getattr, AttributeError means absent: the class
@@ -104,7 +106,7 @@ typedef enum {
 
 typedef struct {
     FieldSource source;
-    /* FIELD_DESCRIPTOR: the descriptor; FIELD_CLASS_VALUE: the value;
+    /* FIELD_DESCRIPTOR, FIELD_GETSET: the descriptor; FIELD_CLASS_VALUE: the value;
      * FIELD_ACCESSOR: the method (strong references); NULL otherwise. */
     PyObject *object;
     /* FIELD_ACCESSOR: the method that says whether there is a value at all
