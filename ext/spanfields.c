@@ -540,6 +540,46 @@ get_attribute_path(PyObject *obj, PyObject *path, PyObject **value)
     return 0;
 }
 
+/* A C method without arguments, called straight (the class was checked to
+ * be a subclass of its own when the layout was made), or NULL. */
+static PyCFunction
+direct_method(PyObject *method)
+{
+    if (method == NULL || !Py_IS_TYPE(method, &PyMethodDescr_Type)) {
+        return NULL;
+    }
+    const PyMethodDef *def = ((PyMethodDescrObject *)method)->d_method;
+    return def->ml_flags == METH_NOARGS ? def->ml_meth : NULL;
+}
+
+/* The layout's direct_* parts (see SpanTypeLayout). */
+static void
+index_direct_calls(SpanTypeLayout *layout)
+{
+    layout->direct_fields = 0;
+    for (int i = 0; i < SF_COUNT; i++) {
+        const FieldAccess *access = &layout->access[i];
+        layout->direct_get[i] = NULL;
+        layout->direct_closure[i] = NULL;
+        layout->direct_method[i] = NULL;
+        layout->direct_guard[i] = NULL;
+        if (access->source == FIELD_GETSET) {
+            const PyGetSetDef *def = ((PyGetSetDescrObject *)access->object)->d_getset;
+            layout->direct_get[i] = def->get;
+            layout->direct_closure[i] = def->closure;
+            layout->direct_fields |= 1u << i;
+        }
+        else if (access->source == FIELD_ACCESSOR) {
+            layout->direct_method[i] = direct_method(access->object);
+            layout->direct_guard[i] = direct_method(access->guard);
+            if (layout->direct_method[i] != NULL &&
+                (access->guard == NULL || layout->direct_guard[i] != NULL)) {
+                layout->direct_fields |= 1u << i;
+            }
+        }
+    }
+}
+
 /* The derived parts of a layout: which fields need calls, the packed slot
  * list, and what to prefetch. */
 static void
@@ -587,6 +627,7 @@ layout_index(const SpFastPaths *fast_paths, SpanTypeLayout *layout, PyTypeObject
         }
     }
     layout->span_call_fields = layout->call_fields & ~layout->instance_fields & SF_PER_SPAN_FIELDS;
+    index_direct_calls(layout);
     static const SpanField peeked[4] = {SF_SERVICE, SF_NAME, SF_RESOURCE, SF_SPAN_TYPE};
     for (int k = 0; k < 4; k++) {
         layout->peek_offset[k] = layout->offset[peeked[k]]; /* 0 unless a slot */
@@ -1268,6 +1309,60 @@ read_calls(SpanFieldReader *reader, const SpanTypeLayout *layout, PyObject *span
     return result;
 }
 
+/* read_calls for `calls`, all among layout->direct_fields, of `span`, of
+ * the layout's class: each C getter called straight.  They run no Python
+ * code but a finalizer's (an allocation may collect garbage), which could
+ * have the reader remake `layout` or change the span's class: the calls
+ * stop there (the accesses are then owned by no one here), *done saying
+ * which were made. */
+static int
+read_direct_calls(const SpanFieldReader *reader, const SpanTypeLayout *layout, PyObject *span,
+                  uint32_t calls, SpanValues *values, uint32_t *done)
+{
+    unsigned long resolutions = reader->resolutions;
+    PyTypeObject *type = layout->type;
+    *done = 0;
+    for (uint32_t bits = calls; bits != 0; bits &= bits - 1) {
+        int i = __builtin_ctz(bits);
+        if (reader->resolutions != resolutions || Py_TYPE(span) != type) {
+            return 0;
+        }
+        PyObject *value;
+        if (layout->direct_get[i] != NULL) {
+            value = layout->direct_get[i](span, layout->direct_closure[i]);
+        }
+        else {
+            if (layout->direct_guard[i] != NULL) {
+                PyObject *any = layout->direct_guard[i](span, NULL);
+                int truth = any == Py_True    ? 1
+                            : any == Py_False ? 0
+                            : any != NULL     ? PyObject_IsTrue(any)
+                                              : -1;
+                Py_XDECREF(any);
+                if (truth <= 0) {
+                    if (truth < 0) {
+                        values->failed = i;
+                        return -1;
+                    }
+                    *done |= 1u << i; /* none: absent */
+                    continue;
+                }
+                if (reader->resolutions != resolutions || Py_TYPE(span) != type) {
+                    return 0;
+                }
+            }
+            value = layout->direct_method[i](span, NULL);
+        }
+        if (value == NULL) {
+            values->failed = i;
+            return -1;
+        }
+        values->value[i] = value;
+        *done |= 1u << i;
+    }
+    return 0;
+}
+
 /* Each field in `fields` of the non-dict `span` as a new reference, into
  * values->value (NULL on entry; absent fields stay NULL).  The fields a
  * getter reads come first (what those getters change in the span is seen in
@@ -1606,7 +1701,9 @@ read_span_calls_first(SpanFieldReader *reader, SpanTypeLayout *layout, PyObject 
     }
     unsigned long resolutions = reader->resolutions;
     uint32_t done_calls;
-    result = read_calls(reader, layout, span, type, calls, 1, values, &done_calls);
+    result = (calls & ~layout->direct_fields) == 0
+                 ? read_direct_calls(reader, layout, span, calls, values, &done_calls)
+                 : read_calls(reader, layout, span, type, calls, 1, values, &done_calls);
     if (result < 0) {
         goto done;
     }

@@ -154,6 +154,15 @@ typedef struct {
      * instance_fields (when there are any, the span goes through
      * read_span_calls_first). */
     uint32_t span_call_fields;
+    /* The getter fields whose getter is a C function that can be called
+     * straight (FIELD_GETSET, and FIELD_ACCESSOR methods without arguments
+     * and their guards): its function (a getset's getter with its closure,
+     * or a method's), owned by the descriptors the layout holds. */
+    uint32_t direct_fields;
+    getter direct_get[SF_COUNT];
+    void *direct_closure[SF_COUNT];
+    PyCFunction direct_method[SF_COUNT];
+    PyCFunction direct_guard[SF_COUNT];
     /* The fields read by a getter: a descriptor's, the class's own attribute
      * access, or a class attribute (a value only the class gives).  Read
      * before any other field, as what a getter does to its span must show

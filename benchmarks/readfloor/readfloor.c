@@ -89,8 +89,146 @@ read_traces(PyObject *module, PyObject *args)
     return PyLong_FromSize_t(sum);
 }
 
+/* ddtrace's native spans (4.9 and later): what its own encoder reads, by the
+ * cheapest path there is.  The ten fields are getset descriptors of the
+ * native SpanData, called through their C getters (looked up once per
+ * class); the tags come from the accessors, C methods without arguments
+ * called through their C functions, each entry touched; links, events and
+ * struct tags only after their _has_ method said yes. */
+static const char *const DDTRACE_FIELDS[] = {"trace_id", "span_id", "parent_id", "service",
+                                             "name", "resource", "span_type", "start_ns",
+                                             "duration_ns", "error"};
+#define DDTRACE_FIELD_COUNT 10
+static const char *const DDTRACE_ACCESSORS[][2] = {
+    {NULL, "_get_str_attributes"},
+    {NULL, "_get_numeric_attributes"},
+    {"_has_meta_structs", "_get_meta_structs"},
+    {"_has_links", "_get_links"},
+    {"_has_events", "_get_events"},
+};
+#define DDTRACE_ACCESSOR_COUNT 5
+
+typedef struct {
+    PyTypeObject *type; /* borrowed: the traces hold their spans, and so their classes */
+    PyGetSetDef *getter[DDTRACE_FIELD_COUNT];
+    PyCFunction method[DDTRACE_ACCESSOR_COUNT][2];
+} DdtraceClass;
+
+static int
+resolve_ddtrace_class(PyTypeObject *type, DdtraceClass *resolved)
+{
+    resolved->type = type;
+    for (int i = 0; i < DDTRACE_FIELD_COUNT; i++) {
+        PyObject *found = PyObject_GetAttrString((PyObject *)type, DDTRACE_FIELDS[i]);
+        if (found == NULL) {
+            return -1;
+        }
+        int ok = Py_IS_TYPE(found, &PyGetSetDescr_Type);
+        resolved->getter[i] = ok ? ((PyGetSetDescrObject *)found)->d_getset : NULL;
+        Py_DECREF(found);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s is not a native getter", DDTRACE_FIELDS[i]);
+            return -1;
+        }
+    }
+    for (int k = 0; k < DDTRACE_ACCESSOR_COUNT; k++) {
+        for (int j = 0; j < 2; j++) {
+            resolved->method[k][j] = NULL;
+            if (DDTRACE_ACCESSORS[k][j] == NULL) {
+                continue;
+            }
+            PyObject *found = PyObject_GetAttrString((PyObject *)type, DDTRACE_ACCESSORS[k][j]);
+            if (found == NULL) {
+                return -1;
+            }
+            int ok = Py_IS_TYPE(found, &PyMethodDescr_Type) &&
+                     ((PyMethodDescrObject *)found)->d_method->ml_flags == METH_NOARGS;
+            resolved->method[k][j] = ok ? ((PyMethodDescrObject *)found)->d_method->ml_meth : NULL;
+            Py_DECREF(found);
+            if (!ok) {
+                PyErr_Format(PyExc_TypeError, "%s is not a native method", DDTRACE_ACCESSORS[k][j]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int
+read_ddtrace_span(const DdtraceClass *resolved, PyObject *span, size_t *sum)
+{
+    for (int i = 0; i < DDTRACE_FIELD_COUNT; i++) {
+        PyObject *value = resolved->getter[i]->get(span, resolved->getter[i]->closure);
+        if (value == NULL) {
+            return -1;
+        }
+        *sum += touch(value);
+        Py_DECREF(value);
+    }
+    for (int k = 0; k < DDTRACE_ACCESSOR_COUNT; k++) {
+        if (resolved->method[k][0] != NULL) {
+            PyObject *any = resolved->method[k][0](span, NULL);
+            int truth = any != NULL ? PyObject_IsTrue(any) : -1;
+            Py_XDECREF(any);
+            if (truth <= 0) {
+                if (truth < 0) {
+                    return -1;
+                }
+                continue;
+            }
+        }
+        PyObject *value = resolved->method[k][1](span, NULL);
+        if (value == NULL) {
+            return -1;
+        }
+        if (PyDict_Check(value)) {
+            Py_ssize_t pos = 0;
+            PyObject *key, *item;
+            while (PyDict_Next(value, &pos, &key, &item)) {
+                *sum += touch(key) + touch(item);
+            }
+        }
+        else {
+            *sum += (size_t)PyObject_Length(value);
+        }
+        Py_DECREF(value);
+    }
+    return 0;
+}
+
+/* read_ddtrace_native(traces) -> int: a checksum, so nothing is optimised out. */
+static PyObject *
+read_ddtrace_native(PyObject *module, PyObject *traces)
+{
+    (void)module;
+    if (!PyList_Check(traces)) {
+        PyErr_SetString(PyExc_TypeError, "traces must be a list");
+        return NULL;
+    }
+    DdtraceClass resolved = {NULL, {NULL}, {{NULL}}};
+    size_t sum = 0;
+    for (Py_ssize_t t = 0; t < PyList_GET_SIZE(traces); t++) {
+        PyObject *trace = PyList_GET_ITEM(traces, t);
+        if (!PyList_Check(trace)) {
+            PyErr_SetString(PyExc_TypeError, "a trace must be a list");
+            return NULL;
+        }
+        for (Py_ssize_t s = 0; s < PyList_GET_SIZE(trace); s++) {
+            PyObject *span = PyList_GET_ITEM(trace, s);
+            if (Py_TYPE(span) != resolved.type && resolve_ddtrace_class(Py_TYPE(span), &resolved) < 0) {
+                return NULL;
+            }
+            if (read_ddtrace_span(&resolved, span, &sum) < 0) {
+                return NULL;
+            }
+        }
+    }
+    return PyLong_FromSize_t(sum);
+}
+
 static PyMethodDef methods[] = {
     {"read_traces", read_traces, METH_VARARGS, "read_traces(traces, names) -> int"},
+    {"read_ddtrace_native", read_ddtrace_native, METH_O, "read_ddtrace_native(traces) -> int"},
     {NULL, NULL, 0, NULL},
 };
 
