@@ -175,9 +175,10 @@ ddtrace_names(SpanFieldReader *reader)
     }
     reader->context_name = PyUnicode_InternFromString("context");
     reader->context_meta_name = PyUnicode_InternFromString("_meta");
+    reader->context_origin_name = PyUnicode_InternFromString("dd_origin");
     reader->origin_meta_key = PyUnicode_InternFromString("_dd.origin");
     return reader->context_name == NULL || reader->context_meta_name == NULL ||
-                   reader->origin_meta_key == NULL
+                   reader->context_origin_name == NULL || reader->origin_meta_key == NULL
                ? -1
                : 0;
 }
@@ -283,6 +284,7 @@ spanfields_clear(SpanFieldReader *reader)
     }
     Py_CLEAR(reader->context_name);
     Py_CLEAR(reader->context_meta_name);
+    Py_CLEAR(reader->context_origin_name);
     Py_CLEAR(reader->origin_meta_key);
     Py_CLEAR(reader->ddtrace_context_type);
     for (int i = 0; i < SF_COUNT; i++) {
@@ -707,7 +709,10 @@ dict_get_ref(PyObject *dict, PyObject *key, PyObject **value)
 static int
 class_named(PyTypeObject *type, const char *module, const char *name)
 {
-    if (strcmp(type->tp_name, name) != 0 || type->tp_dict == NULL) {
+    /* (A class made in C may have its module in tp_name: "module.Name".) */
+    const char *last_dot = strrchr(type->tp_name, '.');
+    const char *short_name = last_dot != NULL ? last_dot + 1 : type->tp_name;
+    if (strcmp(short_name, name) != 0 || type->tp_dict == NULL) {
         return 0;
     }
     int result = -1;
@@ -1468,9 +1473,9 @@ spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, Py
 }
 
 /* Is `type` ddtrace's own Context class (whose dd_origin property returns
- * `_meta["_dd.origin"]`)?  A subclass or look-alike could override that
- * property, so anything else is asked through it.  1, 0, or -1 with an
- * error. */
+ * `_meta["_dd.origin"]`, or a native getter)?  A subclass or look-alike
+ * could override that property, so anything else is asked through it.  1,
+ * 0, or -1 with an error. */
 static int
 is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
 {
@@ -1482,6 +1487,10 @@ is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
     }
     int result = class_named(type, "ddtrace._trace.context", "Context");
     if (result > 0 && reader->ddtrace_context_type == NULL) {
+        PyObject *origin = Py_XNewRef(_PyType_Lookup(type, reader->context_origin_name));
+        reader->ddtrace_context_origin_in_meta =
+            origin != NULL && Py_IS_TYPE(origin, &PyProperty_Type);
+        Py_XDECREF(origin);
         reader->ddtrace_context_type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     }
     return result;
@@ -1503,6 +1512,11 @@ spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value
     if (ddtrace_context <= 0) {
         Py_XDECREF(context);
         return ddtrace_context < 0 ? -1 : spanfields_read_one(reader, span, SF_ORIGIN, value);
+    }
+    if (!reader->ddtrace_context_origin_in_meta) {
+        int result = spanfields_attribute(context, reader->context_origin_name, value);
+        Py_DECREF(context);
+        return result;
     }
     int result = spanfields_attribute(context, reader->context_meta_name, &meta);
     Py_DECREF(context);

@@ -191,14 +191,19 @@ typedef struct {
      * empty slot), to match a dict span's interned keys without lookups. */
     PyObject *key_by_address[SPAN_KEY_TABLE_SIZE];
     signed char field_by_address[SPAN_KEY_TABLE_SIZE];
-    /* fields="ddtrace": when the span's `context` is ddtrace's own Context,
-     * the origin is read from its `_meta` dict, which is what its dd_origin
-     * property returns, without running that property.  The names, and the
-     * Context class once recognised (strong reference); NULL otherwise. */
+    /* ddtrace's spans: when the span's `context` is ddtrace's own Context,
+     * the origin is read from the context in hand: from its `_meta` dict,
+     * which is what its dd_origin property returns, without running that
+     * property, where dd_origin is a Python property (ddtrace <= 4.15), else
+     * (a native Context, whose `_meta` builds a dict at each read) as its
+     * `dd_origin`.  The names, and the Context class once recognised (strong
+     * reference; NULL otherwise) with which way it is read. */
     PyObject *context_name;
     PyObject *context_meta_name;
+    PyObject *context_origin_name;
     PyObject *origin_meta_key;
     PyTypeObject *ddtrace_context_type;
+    int ddtrace_context_origin_in_meta;
     /* fields="ddtrace" was given (every class is read with ddtrace's names). */
     int ddtrace_fields;
     /* No fields= was given: ddtrace's own Span class (and its subclasses) is
