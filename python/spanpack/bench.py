@@ -36,6 +36,13 @@ with only the core fields, plain classes, dataclasses, attrs, msgspec
 Structs, a computed property, keys built per span, float metrics, unique
 values), spanpack on the objects themselves against msgspec on equivalent
 prebuilt Structs and ``msgpack.packb`` of a ``to_dict()`` per span.
+
+Then, when ddtrace is installed, traces made by ddtrace's own tracer
+(:mod:`spanpack.ddtrace_shapes`: one span, a web span with 10 children, with
+50 children of 40 tags, errors with links, events and struct tags), each
+timed call on spans made for it alone and encoded once: ddtrace's
+MsgpackEncoderV04/V05 put+encode against spanpack's put+encode and
+encode_traces (``benchmarks/ddtrace_tracer.py`` adds the read floor).
 """
 
 from __future__ import annotations
@@ -104,6 +111,24 @@ class ShapeInputs:
             "ref" + version,
             lambda: spanpack.TraceMsgPackEncoder(version, max_size=BIG).encode_traces(self.slotted),
         )
+
+    def ddtrace_reference(self, version: str) -> bytes:
+        """The reference for the ddtrace Spans: ddtrace's native spans give
+        their tags back in an order of their own, which v1.0's attribute
+        lists keep; so v1.0's reference is made from slotted objects holding
+        the tags in that order (the other versions' maps compare as maps)."""
+        if version != "v1.0" or not samples.ddtrace_keeps_tags_natively():
+            return self.reference(version)
+
+        def in_ddtrace_order() -> bytes:
+            records = [[dict(record, meta=dict(span._get_str_attributes()),
+                             metrics=dict(span._get_numeric_attributes()))
+                        for record, span in zip(trace, spans)]
+                       for trace, spans in zip(self.records, self.ddtrace)]
+            encoder = spanpack.TraceMsgPackEncoder(version, max_size=BIG)
+            return encoder.encode_traces(samples.as_slotted(records))
+
+        return self._get("ddtrace-ref" + version, in_ddtrace_order)
 
 
 def v04_maps(traces: Sequence[Sequence[Any]]) -> List[List[dict]]:
@@ -546,7 +571,8 @@ def run(
                 progress("    %-44s %s %s" % (contender.label, version, result.status))
                 continue
             result.payload_bytes = len(payload)
-            reference = inputs.reference(version)
+            reference = (inputs.ddtrace_reference(version) if "ddtrace" in contender.requires
+                         else inputs.reference(version))
             if payload == reference:
                 result.status = "same bytes"
             elif not can_check:
@@ -554,7 +580,8 @@ def run(
             else:
                 result.status = check(
                     payload, reference, version,
-                    lambda: inputs._get("data" + version, lambda: decode(reference, version)),
+                    lambda: inputs._get("data%s%d" % (version, id(reference)),
+                                        lambda: decode(reference, version)),
                 )
             del payload
             if result.status.startswith("differs"):
@@ -604,6 +631,20 @@ def run_user_classes(quick: bool = False,
 
 # --------------------------------------------------------------------------------------------
 # Reporting
+
+
+def run_ddtrace_tracer(quick: bool = False, progress: Callable[[str], None] = lambda msg: None) -> str:
+    """The table of spanpack.ddtrace_shapes: traces made by ddtrace's own
+    tracer, each timed call on spans made for it alone, encoded once."""
+    import ddtrace
+
+    from . import ddtrace_shapes
+
+    rounds = 5 if quick else 15
+    results = ddtrace_shapes.run(rounds=rounds, progress=progress)
+    return ("Traces made by ddtrace %s's own tracer (fresh spans every call, best of %d rounds); "
+            "x = ddtrace's time / spanpack's:\n%s"
+            % (ddtrace.__version__, rounds, ddtrace_shapes.report(results)))
 
 
 def fmt_time(seconds: Optional[float]) -> str:
@@ -864,6 +905,9 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     parser.add_argument("--list", action="store_true", help="list shapes and contenders, then exit")
     parser.add_argument("--no-user-classes", action="store_true",
                         help="skip the table of span classes of one's own (spanpack.user_spans)")
+    parser.add_argument("--no-ddtrace-tracer", action="store_true",
+                        help="skip the table of traces made by ddtrace's own tracer "
+                        "(spanpack.ddtrace_shapes; run only when ddtrace is installed)")
     return parser
 
 
@@ -889,6 +933,9 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
     started = time.perf_counter()
     results, notes = run(shapes, quick=args.quick, versions=args.versions, progress=progress)
     user_classes = None if args.no_user_classes else run_user_classes(args.quick, progress)
+    tracer_spans = None
+    if not args.no_ddtrace_tracer and available("ddtrace"):
+        tracer_spans = run_ddtrace_tracer(args.quick, progress)
     elapsed = time.perf_counter() - started
     for note in notes:
         print("note: " + note, file=sys.stderr)
@@ -911,6 +958,9 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
               "to spanpack v0.4); msgspec encodes equivalent Structs built beforehand, msgpack "
               "packs a to_dict() per span:")
         print(user_classes)
+    if tracer_spans is not None:
+        print()
+        print(tracer_spans)
     for note in notes:
         print("note: " + note)
 

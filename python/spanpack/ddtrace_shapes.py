@@ -5,7 +5,7 @@ ddtrace's writer would take them (after every trace processor), so they are
 the spans ddtrace's encoder really gets, native ones from ddtrace 4.3 on.
 Every timed call encodes span objects made for it alone, once, as a tracer
 does: nothing is re-encoded.  Used by ``python -m spanpack bench`` (its
-ddtrace section, when ddtrace is installed), ``benchmarks/bench_ddtrace_native.py``
+ddtrace section, when ddtrace is installed), ``benchmarks/ddtrace_tracer.py``
 (with the read floor) and the tests.  Importing this module imports ddtrace.
 """
 

@@ -426,10 +426,19 @@ def ddtrace_available() -> bool:
     return True
 
 
+def ddtrace_keeps_tags_natively() -> bool:
+    """Does the installed ddtrace keep a span's tags in native code (4.9
+    and later), behind accessors, rather than in `_meta`/`_metrics`?"""
+    from ddtrace._trace.span import Span
+
+    return not hasattr(Span, "_meta")
+
+
 def as_ddtrace(records: List[List[Record]]) -> List[List[Any]]:
     """The records as ddtrace ``Span`` objects (raises ImportError without ddtrace).
 
-    Fields are assigned directly (``_meta``/``_metrics`` dicts, ``start_ns``,
+    Fields are assigned directly (``_meta``/``_metrics`` dicts, or on a
+    ddtrace whose spans keep tags natively ``_set_attributes``, ``start_ns``,
     ``duration_ns``, ``error``), so no tag normalisation changes the content;
     the origin goes on the first span's context, where ddtrace's encoder
     looks for it.  The spans are finished (duration set) but never reach a
@@ -455,8 +464,11 @@ def as_ddtrace(records: List[List[Record]]) -> List[List[Any]]:
             span.start_ns = r["start_ns"]
             span.duration_ns = r["duration_ns"]
             span.error = r["error"]
-            span._meta = dict(r["meta"])
-            span._metrics = dict(r["metrics"])
+            if ddtrace_keeps_tags_natively():
+                span._set_attributes({**r["meta"], **r["metrics"]})
+            else:
+                span._meta = dict(r["meta"])
+                span._metrics = dict(r["metrics"])
             origin: Optional[str] = r.get("origin")
             if origin is not None:
                 span.context.dd_origin = origin

@@ -12,7 +12,6 @@ what v0.4's mean (the canonical forms of test_one_meaning.py).
 
 from __future__ import annotations
 
-import sys
 from typing import Callable, Dict, List
 
 import pytest
@@ -24,6 +23,7 @@ from ddtrace._trace.span import Span  # noqa: E402
 from ddtrace.trace import Context, tracer  # noqa: E402
 
 import spanpack  # noqa: E402
+from spanpack import ddtrace_shapes  # noqa: E402
 
 from tests.spans.test_one_meaning import CANONICAL  # noqa: E402
 from tests.support import assert_all_paths_equal, ddtrace_payload, spanpack_paths  # noqa: E402
@@ -36,90 +36,22 @@ FIELDS = (None, "ddtrace")
 ENCODINGS = (("v0.4", False), ("v0.5", False), ("v0.4", True))
 
 
-class _Recorder:
-    """Stands in for ddtrace's trace writer: keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.traces: List[list] = []
-
-    def write(self, spans=None) -> None:
-        if spans:
-            self.traces.append(list(spans))
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None  # flush_queue, stop, recreate...
-
-
 @pytest.fixture
 def finished_traces():
     """Calls a function that traces with ddtrace's global tracer and returns
     the traces ddtrace's writer would have been given."""
-    aggregator = tracer._span_aggregator
-    previous = aggregator.writer
-    recorder = _Recorder()
-    aggregator.writer = recorder
 
     def run(body: Callable[[], None]) -> List[list]:
-        recorder.traces.clear()
-        body()
-        assert recorder.traces, "the tracer finished no trace"
-        return list(recorder.traces)
+        traces = ddtrace_shapes.finished_traces(body)
+        assert traces, "the tracer finished no trace"
+        return traces
 
-    try:
-        yield run
-    finally:
-        aggregator.writer = previous
+    return run
 
 
 # ---------------------------------------------------------------------------
-# Traces made through ddtrace's API, the shapes the speed benchmark uses too
-# (benchmarks/bench_ddtrace_native.py) and the features ddtrace writes
-
-
-def one_span() -> None:
-    with tracer.trace("web.request", service="web", resource="GET /", span_type="web") as span:
-        span.set_tag("http.method", "GET")
-
-
-def web_with_children(children: int = 10, tags: int = 2) -> None:
-    with tracer.trace("web.request", service="web", resource="GET /users/42", span_type="web") as root:
-        root.set_tag("http.method", "GET")
-        root.set_tag("http.url", "http://example.test/users/42")
-        root.set_tag("http.status_code", 200)
-        root.set_tag("component", "flask")
-        for i in range(children):
-            with tracer.trace("redis.command", service="redis", resource="GET user:%d" % i, span_type="redis") as c:
-                c.set_tag("db.system", "redis")
-                c.set_tag("out.host", "cache-%d.internal" % (i % 3))
-                for t in range(tags - 2):
-                    c.set_tag("tag.%d" % t, "value-%d-%d" % (i, t))
-                c.set_metric("db.row_count", i)
-
-
-def web_50_children_40_tags() -> None:
-    web_with_children(children=50, tags=40)
-
-
-def errors_links_events_struct_tags() -> None:
-    with tracer.trace("web.request", service="web", resource="POST /orders", span_type="web") as root:
-        with tracer.trace("db.query", service="postgres", resource="INSERT", span_type="sql") as failing:
-            try:
-                raise ValueError("duplicate key")
-            except ValueError:
-                failing.set_exc_info(*sys.exc_info())
-        with tracer.trace("queue.publish", service="kafka") as producer:
-            producer.link_span(root.context, attributes={"link.kind": "follows", "n": 3, "ok": True})
-            producer.set_link(trace_id=(7 << 64) | 9, span_id=11, tracestate="dd=s:1", flags=1,
-                              attributes={"list": ["a", "b"], "x": 1.5})
-            producer._add_event("retry", {"attempt": 2, "reason": "timeout", "ratio": 0.5,
-                                          "flag": False, "codes": [1, 2, 3]}, 1_700_000_000_000_000_000)
-            producer._add_event("sent")
-            try:
-                raise KeyError("missing")
-            except KeyError as e:
-                producer.record_exception(e)
-            producer._set_struct_tag("appsec", {"triggers": [{"rule": "r-1"}], "score": 1.5})
-        root.error = 1
+# Traces made through ddtrace's API: the benchmark's shapes
+# (spanpack.ddtrace_shapes) and the features ddtrace writes
 
 
 def tag_and_metric_types() -> None:
@@ -168,10 +100,7 @@ def manual_drop_64_bit() -> None:
 
 
 SHAPES: Dict[str, Callable[[], None]] = {
-    "one_span": one_span,
-    "web_10_children": web_with_children,
-    "web_50_children_40_tags": web_50_children_40_tags,
-    "errors_links_events_struct_tags": errors_links_events_struct_tags,
+    **{name: body for name, (body, _count) in ddtrace_shapes.SHAPES.items()},
     "tag_and_metric_types": tag_and_metric_types,
     "distributed_with_origin": distributed_with_origin,
     "manual_drop_64_bit": manual_drop_64_bit,

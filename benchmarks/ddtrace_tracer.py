@@ -1,6 +1,6 @@
 """spanpack against ddtrace's own encoder on the spans ddtrace's tracer makes.
 
-    python benchmarks/bench_ddtrace_native.py [--rounds N] [--versions v0.4 v0.5]
+    python benchmarks/ddtrace_tracer.py [--rounds N] [--versions v0.4 v0.5]
 
 Runs with whatever ddtrace is installed (CI's ddtrace matrix venvs, made by
 scripts/ci_ddtrace.sh, have 4.3.2, 4.9.7 and 4.16.0; the [bench] extra has
