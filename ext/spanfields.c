@@ -295,6 +295,10 @@ spanfields_clear(SpanFieldReader *reader)
     Py_CLEAR(reader->ddtrace_span_type);
     Py_CLEAR(reader->field_warning);
     Py_CLEAR(reader->warned_types);
+    for (int i = 0; i < SPAN_KEY_TABLE_SIZE; i++) {
+        Py_CLEAR(reader->checked_dict_key[i]);
+    }
+    Py_CLEAR(reader->warned_dict_keys);
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         layout_clear(&reader->layouts[i]);
     }
@@ -317,6 +321,7 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
     Py_VISIT(reader->ddtrace_span_type);
     Py_VISIT(reader->field_warning);
     Py_VISIT(reader->warned_types);
+    Py_VISIT(reader->warned_dict_keys);
     return 0;
 }
 
@@ -1430,6 +1435,124 @@ read_fields_owned(SpanFieldReader *reader, PyObject *span, uint32_t fields, Span
     return result;
 }
 
+/* ---------------------------------------------------------------------------
+ * Dict spans: keys that are no span field */
+
+/* Keys under which a dict span commonly holds what spanpack would write
+ * under another name (the names FIELD_ALIASES lists for classes), or a
+ * value it has no field for (SF_COUNT: the span kind, which goes in meta). */
+static const struct {
+    const char *key;
+    SpanField field;
+} DICT_KEY_ALIASES[] = {
+    {"tags", SF_META},
+    {"attributes", SF_META},
+    {"attrs", SF_META},
+    {"labels", SF_META},
+    {"_meta", SF_META},
+    {"measures", SF_METRICS},
+    {"measurements", SF_METRICS},
+    {"numeric_tags", SF_METRICS},
+    {"_metrics", SF_METRICS},
+    {"duration", SF_DURATION},
+    {"parent", SF_PARENT_ID},
+    {"parent_span_id", SF_PARENT_ID},
+    {"type", SF_SPAN_TYPE},
+    {"service_name", SF_SERVICE},
+    {"resource_name", SF_RESOURCE},
+    {"kind", SF_COUNT},
+    {"span_kind", SF_COUNT},
+    {"span.kind", SF_COUNT},
+};
+
+static inline size_t
+checked_key_slot(const PyObject *key)
+{
+    return (size_t)(sp_hash_address(key) >> 40) & (SPAN_KEY_TABLE_SIZE - 1);
+}
+
+/* Was the interned key `key` looked at already, with nothing to warn of? */
+static inline int
+dict_key_checked(const SpanFieldReader *reader, const PyObject *key)
+{
+    return reader->checked_dict_key[checked_key_slot(key)] == key;
+}
+
+/* Warn, once per key and encoder, of each key of the dict `span` that holds
+ * what spanpack does not write: a field's common other name while the span
+ * lacks the field (a required field's absence is an error of its own), or
+ * the span kind.  Keys with nothing to warn of (and the ones warned of) are
+ * noted, when interned, so that later spans with the same keys are read in
+ * place.  0, or -1 with an error (the warning itself under an "error"
+ * filter), values->failed the field concerned (-1: none). */
+static SP_NOINLINE int
+check_dict_span_keys(SpanFieldReader *reader, PyObject *span, SpanValues *values)
+{
+    /* A snapshot: a warning runs Python code, which may change the dict. */
+    PyObject *keys = PyDict_Keys(span);
+    if (keys == NULL) {
+        return -1;
+    }
+    int result = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys) && result == 0; k++) {
+        PyObject *key = PyList_GET_ITEM(keys, k);
+        if (!PyUnicode_Check(key) || field_index(key) >= 0 ||
+            (PyUnicode_CHECK_INTERNED(key) && dict_key_checked(reader, key))) {
+            continue;
+        }
+        int alias = -1;
+        for (int a = 0; a < (int)(sizeof DICT_KEY_ALIASES / sizeof DICT_KEY_ALIASES[0]); a++) {
+            if (PyUnicode_CompareWithASCIIString(key, DICT_KEY_ALIASES[a].key) == 0) {
+                alias = a;
+                break;
+            }
+        }
+        SpanField field = alias >= 0 ? DICT_KEY_ALIASES[alias].field : SF_COUNT;
+        if (alias >= 0 && field != SF_COUNT &&
+            (values->value[field] != NULL || (reader->required & (1u << field)))) {
+            continue; /* the field is there too (or missing it is an error): not noted */
+        }
+        if (alias >= 0) {
+            int warned = reader->warned_dict_keys != NULL
+                             ? PySet_Contains(reader->warned_dict_keys, key)
+                             : 0;
+            if (warned == 0) {
+                PyObject *message =
+                    field == SF_COUNT
+                        ? PyUnicode_FromFormat("dict span has key %R, which spanpack does not "
+                                               "write: give the span kind as meta['span.kind']",
+                                               key)
+                        : PyUnicode_FromFormat("dict span has key %R but no %R, which spanpack "
+                                               "does not write: name the key %R to write it",
+                                               key, reader->dict_key[field],
+                                               reader->dict_key[field]);
+                const char *text = message != NULL ? PyUnicode_AsUTF8(message) : NULL;
+                warned = text != NULL ? PyErr_WarnEx(reader->field_warning, text, 1) : -1;
+                Py_XDECREF(message);
+                if (warned == 0) {
+                    if (reader->warned_dict_keys == NULL &&
+                        (reader->warned_dict_keys = PySet_New(NULL)) == NULL) {
+                        warned = -1;
+                    }
+                    else {
+                        warned = PySet_Add(reader->warned_dict_keys, key);
+                    }
+                }
+            }
+            if (warned < 0) {
+                values->failed = field == SF_COUNT ? -1 : (int)field;
+                result = -1;
+                break;
+            }
+        }
+        if (PyUnicode_CHECK_INTERNED(key)) {
+            Py_XSETREF(reader->checked_dict_key[checked_key_slot(key)], Py_NewRef(key));
+        }
+    }
+    Py_DECREF(keys);
+    return result;
+}
+
 int
 spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanField last,
                 SpanValues *values)
@@ -1443,11 +1566,18 @@ spanfields_read(SpanFieldReader *reader, PyObject *span, SpanField first, SpanFi
         values->value[i] = NULL;
     }
     if (PyDict_Check(span)) {
+        Py_ssize_t found = 0;
         for (int i = (int)first; i <= (int)last; i++) {
             if (dict_get_ref(span, reader->dict_key[i], &values->value[i]) < 0) {
                 values->failed = i;
                 goto error;
             }
+            found += values->value[i] != NULL;
+        }
+        /* Keys that are no field, looked at with the per-span fields. */
+        if (first == SF_FIRST_PER_SPAN && last == SF_LAST_PER_SPAN &&
+            PyDict_GET_SIZE(span) > found && check_dict_span_keys(reader, span, values) < 0) {
+            goto error;
         }
         return 0;
     }
@@ -1650,6 +1780,9 @@ read_dict_span_in_place(const SpanFieldReader *reader, PyObject *span, SpanValue
         int field = field_of_key(reader, entry[0]);
         if (field >= SF_FIRST_PER_SPAN && field <= SF_LAST_PER_SPAN) {
             values->value[field] = entry[1];
+        }
+        else if (field < 0 && !dict_key_checked(reader, entry[0])) {
+            return 0; /* a key to look at first: spanfields_read does */
         }
     }
     mark_borrowed(values);

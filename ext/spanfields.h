@@ -228,6 +228,13 @@ typedef struct {
      * classes warned about (a set of weak references), made when needed. */
     PyObject *field_warning;
     PyObject *warned_types;
+    /* Dict spans: keys that are no span field.  The interned ones looked at
+     * already and nothing to warn of (harmless, or warned of), by address
+     * (direct-mapped; strong references): a dict span whose other keys are
+     * all here is read in place; and the keys warned of (a set of str, made
+     * when needed). */
+    PyObject *checked_dict_key[SPAN_KEY_TABLE_SIZE];
+    PyObject *warned_dict_keys;
     /* Fields a span must have (bit i: field i); the others may be absent. */
     uint32_t required;
     /* The same per-span ones but trace_id (checked with its type, see

@@ -409,3 +409,90 @@ def test_first_spans_trace_id_is_written(version):
     trace = trace_with(2, 0x99, "dict")
     same = [dict(span, trace_id=0x77) for span in trace]
     assert dict_payload(version, [trace]) == dict_payload(version, [same])
+
+
+# ---------------------------------------------------------------------------
+# Dict spans: keys that hold what spanpack does not write
+
+
+def dict_span(**extra):
+    span = core()
+    span.pop("meta")
+    span.update(extra)
+    return span
+
+
+def caught(encoder, path, traces):
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        payload(encoder, path, traces)
+    return [str(w.message) for w in caught_warnings if issubclass(w.category, SpanFieldWarning)]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("key, field", [("tags", "meta"), ("attributes", "meta"), ("measures", "metrics"),
+                                        ("duration", "duration_ns"), ("parent_span_id", "parent_id"),
+                                        ("type", "span_type"), ("service_name", "service")])
+def test_dict_key_under_another_name_warns_once_per_encoder(key, field, version, path):
+    span = dict_span(**{key: {"a": "b"}})
+    span.pop(field, None)
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    messages = caught(encoder, path, [[span], [dict(span)]])
+    assert messages == ["dict span has key %r but no %r, which spanpack does not write: "
+                        "name the key %r to write it" % (key, field, field)]
+    assert caught(encoder, path, [[dict(span)]]) == []  # once per key and encoder
+    # A key built at run time (not interned) is the same key.
+    runtime_key = "".join(list(key))
+    assert runtime_key is not key
+    fresh = spanpack.TraceMsgPackEncoder(version)
+    assert len(caught(fresh, path, [[{**{k: v for k, v in span.items() if k != key}, runtime_key: 1}]])) == 1
+
+
+@pytest.mark.parametrize("key", ["kind", "span_kind", "span.kind"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dict_span_kind_key_warns(key, version):
+    span = dict_span(meta={"a": "b"}, **{key: "server"})
+    assert caught(spanpack.TraceMsgPackEncoder(version), "encode_traces", [[span]]) == [
+        "dict span has key %r, which spanpack does not write: give the span kind as "
+        "meta['span.kind']" % key]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dict_keys_with_the_field_or_harmless_give_no_warning(version):
+    spans = [dict_span(meta={"a": "b"}, tags={"c": "d"}),  # the field is there too
+             dict_span(env="prod", component="db", **{"_private": 1}),  # no field's other name
+             dict_span()]
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    for _ in range(2):  # the second time through the noted keys
+        assert caught(encoder, "encode_traces", [spans]) == []
+    assert payload(encoder, "encode_traces", [spans]) == dict_payload(version, [[dict_span(meta={"a": "b"}), dict_span(), dict_span()]])
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dict_key_warning_made_an_error_fails_the_trace_atomically(version, path):
+    span = dict_span(tags={"a": "b"})
+    encoder = spanpack.TraceMsgPackEncoder(version)
+    if path == "put":
+        encoder.put(GOOD_BEFORE)
+        size = encoder.size
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpanFieldWarning)
+        for attempt in range(2):  # refused each time, as Python's own warnings are
+            with pytest.raises(SpanFieldWarning) as info:
+                if path == "encode_traces":
+                    encoder.encode_traces([GOOD_BEFORE, [dict(span)]])
+                elif path == "put":
+                    encoder.put([dict(span)])
+                else:
+                    encoder.encode_trace([dict(span)])
+            trace_index = 1 if path == "encode_traces" else 0
+            assert info.value.__notes__ == ["trace %d, span 0, field meta" % trace_index]
+    if path == "put":
+        assert (len(encoder), encoder.size) == (1, size)
+        encoder.put(GOOD_AFTER)
+        assert encoder.encode() == [(dict_payload(version, [GOOD_BEFORE, GOOD_AFTER]), 2)]
+    else:
+        assert payload(encoder, path, [GOOD_BEFORE, GOOD_AFTER]) == dict_payload(
+            version, [GOOD_BEFORE, GOOD_AFTER])
