@@ -74,6 +74,32 @@ done:
     return result;
 }
 
+/* Nanoseconds per unit named by `unit` ("s", "ms", "us" or "µs", "ns"), or
+ * 0 for anything else. */
+static long
+time_unit_scale(PyObject *unit)
+{
+    static const struct {
+        const char *name;
+        long scale;
+    } UNITS[] = {
+        {"s", 1000000000L}, {"ms", 1000000L}, {"us", 1000L}, {"\xc2\xb5s", 1000L}, {"ns", 1L}};
+    if (!PyUnicode_Check(unit)) {
+        return 0;
+    }
+    const char *text = PyUnicode_AsUTF8(unit);
+    if (text == NULL) {
+        PyErr_Clear(); /* (a lone surrogate: no unit) */
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++) {
+        if (strcmp(text, UNITS[i].name) == 0) {
+            return UNITS[i].scale;
+        }
+    }
+    return 0;
+}
+
 static void
 list_required_span_fields(SpanFieldReader *reader)
 {
@@ -242,6 +268,23 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warni
         PyObject *attribute = NULL;
         if (index < 0) {
             PyErr_Format(PyExc_ValueError, "fields: %R is not a span field", key);
+        }
+        else if (PyTuple_Check(name)) {
+            /* (attribute, unit): a time kept in another unit. */
+            long scale = PyTuple_GET_SIZE(name) == 2 && (index == SF_START || index == SF_DURATION)
+                             ? time_unit_scale(PyTuple_GET_ITEM(name, 1))
+                             : 0;
+            if (scale == 0) {
+                PyErr_Format(PyExc_ValueError,
+                             "fields maps %R to %R: only start_ns and duration_ns take an "
+                             "(attribute, unit) pair, with unit \"s\", \"ms\", \"us\" or \"ns\"",
+                             key, name);
+            }
+            else {
+                attribute = attribute_from_name(PyTuple_GET_ITEM(name, 0));
+                reader->time_scale[index] = scale;
+                reader->scales_times |= scale != 1;
+            }
         }
         else {
             attribute = attribute_from_name(name);

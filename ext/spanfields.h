@@ -223,6 +223,11 @@ typedef struct {
     /* Fields a fields= mapping names (bit i: field i): a class that can
      * never have the attribute is refused when it is first resolved. */
     uint32_t mapped;
+    /* The unit fields= gives start_ns and duration_ns in on objects (dict
+     * spans keep the protocol's nanoseconds), as nanoseconds per unit (0 or
+     * 1: nanoseconds, nothing to convert), and whether any is not 1. */
+    long time_scale[SF_COUNT];
+    int scales_times;
     /* spanpack.SpanFieldWarning (strong reference), raised once per class
      * whose first span keeps a field under another common name, and the
      * classes warned about (a set of weak references), made when needed. */

@@ -2,6 +2,7 @@
  * values, and the hand-off of links and events to spanpack._extras. */
 #include "spanwrite.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -446,6 +447,47 @@ span_time_error(SpanWriter *w, PyObject *value, const char *field)
                           Py_TYPE(value)->tp_name);
     }
     return span_error(w, PyExc_ValueError, field, NULL, "%R does not fit in 64 bits", value);
+}
+
+int
+span_times_to_ns(SpanWriter *w, SpanValues *v)
+{
+    static const SpanField TIMES[] = {SF_START, SF_DURATION};
+    spanvalues_own(v); /* the values are replaced: no borrowed one stays */
+    for (size_t k = 0; k < sizeof TIMES / sizeof TIMES[0]; k++) {
+        SpanField field = TIMES[k];
+        long scale = w->reader->time_scale[field];
+        PyObject *value = v->value[field];
+        if (scale <= 1 || value == NULL || value == Py_None) {
+            continue;
+        }
+        PyObject *ns = NULL;
+        if (PyFloat_Check(value)) {
+            double seconds_or_less = PyFloat_AS_DOUBLE(value);
+            if (!isfinite(seconds_or_less)) {
+                PyErr_Format(PyExc_ValueError, "expected a finite time, not %R", value);
+            }
+            else {
+                ns = PyLong_FromDouble(nearbyint(seconds_or_less * (double)scale));
+            }
+        }
+        else if (PyLong_Check(value)) {
+            PyObject *factor = PyLong_FromLong(scale);
+            ns = factor != NULL ? PyNumber_Multiply(value, factor) : NULL;
+            Py_XDECREF(factor);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "expected int or float, not %.200s",
+                         Py_TYPE(value)->tp_name);
+        }
+        if (ns == NULL) {
+            v->failed = (int)field;
+            spanvalues_release(v);
+            return -1;
+        }
+        Py_SETREF(v->value[field], ns);
+    }
+    return 0;
 }
 
 int

@@ -362,12 +362,21 @@ span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValue
     if (spanfields_read_span(w->reader, span, !w->lenient, v) < 0) {
         return -1;
     }
+    if (SP_UNLIKELY(w->reader->scales_times) && !PyDict_Check(span) && span_times_to_ns(w, v) < 0) {
+        return -1;
+    }
     w->values = v;
     if (v->borrowed && span_may_run_python(w, v, info)) {
         spanvalues_own(v);
     }
     return 0;
 }
+
+/* start_ns and duration_ns of an object span kept in the unit fields= gives
+ * (seconds, ms, us: an int or a float), as int nanoseconds in `v` (owned
+ * then): a float rounded to the nearest nanosecond.  0, or -1 with an
+ * exception naming nothing (v->failed names the field; `v` released). */
+int span_times_to_ns(SpanWriter *w, SpanValues *v);
 
 /* The end of a span read with span_values_read. */
 static inline void

@@ -115,7 +115,9 @@ class EncodedTrace:
 
 _Span = Any  # a dict, an object with the span fields, or a ddtrace Span
 _Trace = Sequence[_Span]
-_Fields = Union[None, str, Mapping[str, str]]
+# A protocol field -> its attribute; start_ns and duration_ns may also map to
+# (attribute, unit), unit one of "s", "ms", "us", "ns".
+_Fields = Union[None, str, Mapping[str, Union[str, Tuple[str, str]]]]
 
 class TraceEncoder:
     def __init__(
