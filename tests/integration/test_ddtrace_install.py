@@ -51,7 +51,8 @@ CHILD_TIMEOUT = 120.0
 AGENT_WAIT = 20.0
 WRITERS = ("native", "python") if hasattr(writer_module, "AgentWriter") else ("native",)
 
-# The traced program.  argv: "plain" or "install", the path to write its
+# The traced program.  argv: "plain", "install" (after ddtrace's tracer is
+# made) or "install-early" (before ddtrace is imported), the path to write its
 # report to.  It records every finished trace as ddtrace's writer gets it
 # (a trace filter, run before the writer), flushes the writer synchronously
 # (a failed send raises), and reports what it recorded, which writer and
@@ -74,6 +75,13 @@ class KeepErrors(logging.Handler):
 
 logging.getLogger("ddtrace").addHandler(KeepErrors(level=logging.ERROR))
 
+installed = None
+if mode == "install-early":
+    # Before ddtrace's tracer (and its writer) exist.
+    import spanpack.ddtrace
+    installed = spanpack.ddtrace.install()
+    assert installed, "install() refused this ddtrace"
+
 import ddtrace
 from ddtrace.trace import Context, TraceFilter, tracer
 
@@ -89,9 +97,8 @@ class Record(TraceFilter):
 
 
 tracer.configure(trace_processors=[Record()])
-writer = tracer._span_aggregator.writer
-installed = None
 if mode == "install":
+    # The usual order: the tracer and its writer are there already.
     import spanpack.ddtrace
     installed = spanpack.ddtrace.install()
     assert installed, "install() refused this ddtrace"
@@ -313,7 +320,7 @@ def test_agent_receives_the_same_traces_with_and_without_install(test_agent, tra
     script, workdir = traced_program
     service = "spanpack-ddinstall-%s" % uuid.uuid4().hex[:10]
     runs = {}
-    for mode in ("plain", "install"):
+    for mode in ("plain", "install", "install-early"):
         report, token = _run_child(script, workdir, mode, version, writer, test_agent, service)
         assert report["errors"] == [], report["errors"]
         assert report["ddtrace"] == ddtrace.__version__
@@ -323,7 +330,7 @@ def test_agent_receives_the_same_traces_with_and_without_install(test_agent, tra
         assert [len(t) for t in recorded][1:] == [1, 1], recorded  # the job, the remote child
         assert len(recorded[0]) >= 5, recorded  # web.request, db.work, sqlite queries, render.step
         assert any(span[0] == "sqlite.query" for span in recorded[0]), recorded
-        if mode == "install":
+        if mode != "plain":
             assert report["installed"] is True
             assert report["encoders"] == ["spanpack.ddtrace.DdtraceWriterEncoder"]
             assert report["fallback_traces"] == 0
@@ -338,7 +345,6 @@ def test_agent_receives_the_same_traces_with_and_without_install(test_agent, tra
         runs[mode] = (received, recorded)
 
     plain = _normalized(*runs["plain"])
-    installed = _normalized(*runs["install"])
     # What the test covers reached the agent: an error with its stack, the
     # link, the sqlite3 integration's spans.
     spans = {s["name"]: s for t in plain for s in t}
@@ -349,7 +355,8 @@ def test_agent_receives_the_same_traces_with_and_without_install(test_agent, tra
     else:
         assert "_dd.span_links" in spans["worker.job"]["meta"]
     assert spans["remote.child"].get("parent_id") == "remote-parent"
-    assert _differences(installed, plain) == []
+    for mode in ("install", "install-early"):
+        assert _differences(_normalized(*runs[mode]), plain) == [], mode
 
 
 def _differences(got: Any, expected: Any, where: str = "") -> List[str]:
