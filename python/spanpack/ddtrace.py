@@ -204,7 +204,12 @@ class DdtraceWriterEncoder:
         payloads: List[Tuple[Optional[bytes], int]] = list(self._spanpack.encode())
         other = self._ddtrace_encoder
         if other is not None and len(other):
-            payloads.extend(other.encode())
+            try:
+                payloads.extend(other.encode())
+            except Exception:
+                # ddtrace's encoder lost its own traces, as it would have
+                # without install(); spanpack's payload is still sent.
+                _log.error("ddtrace's encoder failed to encode the traces it held", exc_info=True)
         return payloads
 
     def _ddtrace(self) -> Any:
