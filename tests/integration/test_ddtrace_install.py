@@ -231,8 +231,11 @@ def _labels(recorded: List[List[list]]) -> Tuple[Dict[int, str], Dict[str, str]]
         texts["%032x" % trace_id] = "T%d" % t
         texts["%016x" % (trace_id & _U64)] = "T%d.lo" % t
         if trace_id >> 64:
-            numbers[trace_id >> 64] = "T%d.hi" % t
-            texts["%016x" % (trace_id >> 64)] = "T%d.hi" % t
+            # The high half is the second the trace began in: traces made in
+            # the same second share it, so it is one label for all
+            # (_check_ids checks each trace's).
+            numbers[trace_id >> 64] = "<trace id high bits>"
+            texts["%016x" % (trace_id >> 64)] = "<trace id high bits>"
         for i, (_name, _tid, span_id, _parent, start, duration) in enumerate(trace):
             numbers[span_id] = "S%d.%d" % (t, i)
             texts["%016x" % span_id] = "S%d.%d" % (t, i)
@@ -295,14 +298,20 @@ def _normalized(traces: List[List[Dict[str, Any]]], recorded: List[List[list]]) 
 def _check_ids(received: List[List[Dict[str, Any]]], recorded: List[List[list]]) -> None:
     """The agent has exactly the spans the program made, with their ids and times."""
     made = {}
+    high_bits = {}
     for trace in recorded:
         for name, trace_id, span_id, parent_id, start, duration in trace:
             made[span_id] = (name, trace_id & _U64, parent_id, start, duration)
+            if trace_id >> 64:
+                high_bits[trace_id & _U64] = "%016x" % (trace_id >> 64)
     got = {}
     for trace in received:
         for span in trace:
             got[span["span_id"]] = (span["name"], span["trace_id"], span.get("parent_id", 0), span["start"], span["duration"])
+            if "_dd.p.tid" in span.get("meta", {}):
+                assert span["meta"]["_dd.p.tid"] == high_bits[span["trace_id"]], span
     assert got == made
+    assert high_bits, "ddtrace made no 128-bit trace id"
 
 
 @pytest.fixture(scope="module")
