@@ -78,9 +78,9 @@ class _DdtraceParts:
         version: str,
         writer_client: ModuleType,
         original_encoders: Any,
-        encoder_classes: Dict[str, type],
-        buffer_full: type,
-        item_too_large: type,
+        encoder_classes: Dict[str, Any],
+        buffer_full: Any,
+        item_too_large: Any,
         native_span_events: Any,
     ) -> None:
         self.version = version
@@ -322,7 +322,7 @@ def _replace_live_encoders(parts: _DdtraceParts) -> None:
         return  # LogWriter (AWS Lambda without the extension), or no tracer yet
     versions_of = {cls: version for version, cls in parts.encoder_classes.items()}
     for client in clients:
-        current = getattr(client, "encoder", None)
+        current: Any = getattr(client, "encoder", None)
         version = versions_of.get(type(current))
         if version is None:
             continue  # ours already, or another encoder (CI Visibility, JSON)
@@ -356,7 +356,7 @@ def _inspect_ddtrace() -> Any:
         return "ddtrace %s: its writer modules do not import as expected (%s: %s)" % (
             version, type(error).__name__, error)
 
-    encoder_classes = {
+    encoder_classes: Dict[str, Any] = {
         "v0.4": getattr(_encoding, "MsgpackEncoderV04", None),
         "v0.5": getattr(_encoding, "MsgpackEncoderV05", None),
     }
@@ -375,8 +375,8 @@ def _inspect_ddtrace() -> Any:
             # The replacement works only if the client looks the name up when made.
             return "ddtrace %s: writer_client.%s does not take its encoder from MSGPACK_ENCODERS" % (
                 version, client_name)
-    buffer_full = getattr(_encoding, "BufferFull", None)
-    item_too_large = getattr(_encoding, "BufferItemTooLarge", None)
+    buffer_full: Any = getattr(_encoding, "BufferFull", None)
+    item_too_large: Any = getattr(_encoding, "BufferItemTooLarge", None)
     for name, exc in (("BufferFull", buffer_full), ("BufferItemTooLarge", item_too_large)):
         if not (isinstance(exc, type) and issubclass(exc, Exception)) or getattr(writer_module, name, None) is not exc:
             return "ddtrace %s: the writer does not catch _encoding.%s" % (version, name)

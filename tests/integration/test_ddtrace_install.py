@@ -160,11 +160,14 @@ with open(report_path, "w") as f:
 # End to end, through the test agent
 
 
-def _run_child(script: str, workdir: str, mode: str, version: str, writer: str, agent, service: str) -> Tuple[Dict[str, Any], str]:
+def _run_child(
+    script: str, workdir: str, mode: str, version: str, writer: str, agent: Any, service: str
+) -> Tuple[Dict[str, Any], str]:
     token = "ddinstall-%s-%s" % (mode, uuid.uuid4().hex[:16])
     agent.start_session(token)
     report_path = os.path.join(workdir, "report-%s.json" % token)
-    env = {k: v for k, v in os.environ.items() if not (k.startswith("DD_") or k.startswith("_DD_") or k.startswith("OTEL_"))}
+    # None of the caller's ddtrace or OpenTelemetry settings reach the program.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DD_", "_DD_", "OTEL_"))}
     spanpack_root = os.path.dirname(os.path.dirname(os.path.abspath(spanpack.__file__)))
     env.update(
         {
@@ -307,7 +310,8 @@ def _check_ids(received: List[List[Dict[str, Any]]], recorded: List[List[list]])
     got = {}
     for trace in received:
         for span in trace:
-            got[span["span_id"]] = (span["name"], span["trace_id"], span.get("parent_id", 0), span["start"], span["duration"])
+            got[span["span_id"]] = (
+                span["name"], span["trace_id"], span.get("parent_id", 0), span["start"], span["duration"])
             if "_dd.p.tid" in span.get("meta", {}):
                 assert span["meta"]["_dd.p.tid"] == high_bits[span["trace_id"]], span
     assert got == made
