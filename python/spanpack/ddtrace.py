@@ -274,7 +274,10 @@ def install() -> bool:
     with _state_lock:
         if _installed is not None:
             return True
-        found = _inspect_ddtrace()
+        try:
+            found = _inspect_ddtrace()
+        except Exception as error:  # install() must never break the program
+            found = "inspecting it failed (%s: %s)" % (type(error).__name__, error)
         if isinstance(found, str):
             _log.warning("spanpack.ddtrace.install(): ddtrace left unchanged: %s", found)
             return False
@@ -284,10 +287,18 @@ def install() -> bool:
             replacement[version] = _EncoderFactory(version, parts)
         # New writer clients from now on; then the writer already running.
         setattr(parts.writer_client, "MSGPACK_ENCODERS", replacement)
+        try:
+            _replace_live_encoders(parts)
+        except Exception as error:
+            # Nothing of the running writer was changed (its encoders are all
+            # made before any is assigned); only the name is to be put back.
+            setattr(parts.writer_client, "MSGPACK_ENCODERS", parts.original_encoders)
+            _log.warning("spanpack.ddtrace.install(): ddtrace left unchanged: the running writer's encoder "
+                         "could not be replaced (%s: %s)", type(error).__name__, error)
+            return False
         _installed = parts
         for encoder in list(_handed_out or ()):
             encoder.passthrough = False
-        _replace_live_encoders(parts)
         return True
 
 
@@ -321,14 +332,18 @@ def _replace_live_encoders(parts: _DdtraceParts) -> None:
     if not isinstance(clients, list):
         return  # LogWriter (AWS Lambda without the extension), or no tracer yet
     versions_of = {cls: version for version, cls in parts.encoder_classes.items()}
+    replacements = []
     for client in clients:
         current: Any = getattr(client, "encoder", None)
         version = versions_of.get(type(current))
         if version is None:
             continue  # ours already, or another encoder (CI Visibility, JSON)
-        client.encoder = _track(
-            DdtraceWriterEncoder(version, current.max_size, current.max_item_size, parts, adopted=current)
+        replacements.append(
+            (client, DdtraceWriterEncoder(version, current.max_size, current.max_item_size, parts, adopted=current))
         )
+    # All made first, so that a failure above leaves every client as it was.
+    for client, encoder in replacements:
+        client.encoder = _track(encoder)
 
 
 def _release_line(version: str) -> Optional[Tuple[int, int]]:

@@ -545,6 +545,25 @@ def test_unknown_ddtrace_gets_one_warning_and_is_untouched(live_writer, monkeypa
     assert live_writer._clients[0].encoder is live_encoder
 
 
+def test_install_never_raises(live_writer, monkeypatch, caplog):
+    original = writer_client.MSGPACK_ENCODERS
+    live_encoder = live_writer._clients[0].encoder
+    caplog.set_level(logging.WARNING, logger="spanpack.ddtrace")
+
+    def fail(*args: Any) -> None:
+        raise RuntimeError("something unforeseen")
+
+    monkeypatch.setattr(spanpack_ddtrace, "_replace_live_encoders", fail)
+    assert spanpack_ddtrace.install() is False
+    monkeypatch.setattr(spanpack_ddtrace, "_inspect_ddtrace", fail)
+    assert spanpack_ddtrace.install() is False
+    messages = [r.getMessage() for r in caplog.records if r.name == "spanpack.ddtrace"]
+    assert len(messages) == 2 and all("something unforeseen" in m for m in messages), messages
+    assert not spanpack_ddtrace.installed()
+    assert writer_client.MSGPACK_ENCODERS is original
+    assert live_writer._clients[0].encoder is live_encoder
+
+
 def test_spanpack_does_not_import_ddtrace():
     code = (
         "import sys, spanpack, spanpack.ddtrace\n"
