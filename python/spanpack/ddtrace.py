@@ -1,8 +1,8 @@
 """Make ddtrace's own trace writers encode their v0.4/v0.5 payloads with spanpack.
 
 ``spanpack.ddtrace.install()`` hands ddtrace's writers (its native writer,
-the default from 4.2 on, and its Python ``AgentWriter`` of 4.2-4.3, chosen
-with ``_DD_TRACE_WRITER_NATIVE=false``) a spanpack encoder in place of
+the default from 4.2 on, and its Python ``AgentWriter`` of 4.2 to 4.7,
+chosen with ``_DD_TRACE_WRITER_NATIVE=false``) a spanpack encoder in place of
 ddtrace's ``MsgpackEncoderV04`` / ``MsgpackEncoderV05``.  Every one of those
 writers, native or not, encodes in Python: it calls ``client.encoder.put()``
 on the application thread when a trace finishes and ``client.encoder.encode()``

@@ -16,7 +16,7 @@ ddtrace that is not as expected gets one warning and is left unchanged.
 
 Whichever ddtrace the interpreter running pytest has is tested: 4.2.3 in the
 main suite; CI's ddtrace matrix runs this module with 4.3.2, 4.9.7 and 4.16.0.
-ddtrace's Python AgentWriter (4.2 and 4.3, with _DD_TRACE_WRITER_NATIVE=false)
+ddtrace's Python AgentWriter (4.2 to 4.7, with _DD_TRACE_WRITER_NATIVE=false)
 is tested next to the native writer where it exists.
 """
 
@@ -543,6 +543,55 @@ def test_unknown_ddtrace_gets_one_warning_and_is_untouched(live_writer, monkeypa
     assert not spanpack_ddtrace.installed()
     assert writer_client.MSGPACK_ENCODERS is original
     assert live_writer._clients[0].encoder is live_encoder
+
+
+def test_no_trace_lost_while_install_and_uninstall_come_and_go(live_writer):
+    """Application threads put through client.encoder (looked up at each
+    trace, as ddtrace's writer does), a flusher encodes, and install() and
+    uninstall() alternate meanwhile: every trace is in exactly one payload."""
+    import threading
+
+    import msgpack
+
+    client = live_writer._clients[0]  # ddtrace's v0.5 encoder, until install()
+    toggles_wanted, minimum_per_thread = 40, 200
+    flushed: List[int] = []
+    put_by_thread = [0] * 4
+    toggling_done = threading.Event()
+    flushing_done = threading.Event()
+
+    def flush() -> None:
+        for payload, traces in client.encoder.encode():
+            assert len(msgpack.unpackb(payload, strict_map_key=False)[1]) == traces  # [strings, traces]
+            flushed.append(traces)
+
+    def flusher() -> None:
+        while not flushing_done.is_set():
+            flush()
+            time.sleep(0.0005)
+
+    def application(index: int) -> None:
+        while not toggling_done.is_set() or put_by_thread[index] < minimum_per_thread:
+            client.encoder.put(_ddtrace_trace("t%d.%d" % (index, put_by_thread[index]), tags=2))
+            put_by_thread[index] += 1
+
+    threads = [threading.Thread(target=application, args=(n,)) for n in range(len(put_by_thread))]
+    threads.append(threading.Thread(target=flusher))
+    for thread in threads:
+        thread.start()
+    try:
+        for toggle in range(toggles_wanted):
+            assert (spanpack_ddtrace.uninstall() if toggle % 2 else spanpack_ddtrace.install()) is True
+            time.sleep(0.0005)
+    finally:
+        toggling_done.set()
+        for thread in threads[:-1]:
+            thread.join(timeout=60)
+        flushing_done.set()
+        threads[-1].join(timeout=60)
+    flush()
+    assert sum(flushed) == sum(put_by_thread)
+    assert min(put_by_thread) >= minimum_per_thread
 
 
 def test_install_never_raises(live_writer, monkeypatch, caplog):
