@@ -164,7 +164,9 @@ def _run_child(
     script: str, workdir: str, mode: str, version: str, writer: str, agent: Any, service: str
 ) -> Tuple[Dict[str, Any], str]:
     token = "ddinstall-%s-%s" % (mode, uuid.uuid4().hex[:16])
+    previous_token = agent.session_token
     agent.start_session(token)
+    agent.session_token = previous_token  # the shared agent's default, for other tests
     report_path = os.path.join(workdir, "report-%s.json" % token)
     # None of the caller's ddtrace or OpenTelemetry settings reach the program.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DD_", "_DD_", "OTEL_"))}
