@@ -1521,6 +1521,53 @@ dict_key_checked(const SpanFieldReader *reader, const PyObject *key)
     return reader->checked_dict_key[checked_key_slot(key)] == key;
 }
 
+/* strict=True: TypeError naming the names in `names` (a list, stolen) that
+ * are no span field ("<what> 'a', 'b', which spanpack does not write").
+ * `read_attributes` (one per field, a name or a dotted path; NULL: the
+ * protocol's field names) says which are read.  0 when there are none,
+ * else -1. */
+static int
+refuse_unwritten(PyObject *names, const char *what, PyObject *const *read_attributes)
+{
+    PyObject *unwritten = PyList_New(0);
+    int result = unwritten == NULL ? -1 : 0;
+    for (Py_ssize_t k = 0; result == 0 && k < PyList_GET_SIZE(names); k++) {
+        PyObject *name = PyList_GET_ITEM(names, k);
+        int read = 0;
+        if (PyUnicode_Check(name)) {
+            for (int i = 0; i < SF_COUNT && !read; i++) {
+                PyObject *attribute = read_attributes != NULL ? read_attributes[i] : NULL;
+                if (attribute != NULL && PyTuple_Check(attribute)) {
+                    attribute = PyTuple_GET_ITEM(attribute, 0); /* a dotted path's first step */
+                }
+                read = attribute != NULL
+                           ? PyUnicode_Compare(name, attribute) == 0
+                           : PyUnicode_CompareWithASCIIString(name, span_field_names[i]) == 0;
+            }
+        }
+        if (!read) {
+            result = PyList_Append(unwritten, name);
+        }
+    }
+    if (result == 0 && PyList_GET_SIZE(unwritten) > 0) {
+        /* Named as "'a', 'b'": the list's repr without its brackets. */
+        PyObject *listed = PyObject_Repr(unwritten);
+        PyObject *inner = listed != NULL
+                              ? PyUnicode_Substring(listed, 1, PyUnicode_GET_LENGTH(listed) - 1)
+                              : NULL;
+        if (inner != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s %U, which spanpack does not write (strict=True)",
+                         what, inner);
+        }
+        Py_XDECREF(inner);
+        Py_XDECREF(listed);
+        result = -1;
+    }
+    Py_XDECREF(unwritten);
+    Py_DECREF(names);
+    return result;
+}
+
 /* Warn, once per key and encoder, of each key of the dict `span` that holds
  * what spanpack does not write: a field's common other name while the span
  * lacks the field (a required field's absence is an error of its own), or
@@ -1535,6 +1582,9 @@ check_dict_span_keys(SpanFieldReader *reader, PyObject *span, SpanValues *values
     PyObject *keys = PyDict_Keys(span);
     if (keys == NULL) {
         return -1;
+    }
+    if (reader->strict) {
+        return refuse_unwritten(keys, "dict span has", NULL);
     }
     int result = 0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys) && result == 0; k++) {
@@ -1666,6 +1716,74 @@ is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
         Py_XDECREF(origin);
         reader->ddtrace_context_type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     }
+    return result;
+}
+
+int
+spanfields_check_strict(SpanFieldReader *reader, PyObject *span)
+{
+    PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
+    PyObject *names = NULL, *instance_dict = NULL, *what = NULL;
+    int failed = -1, result = -1;
+    SpanTypeLayout *layout = layout_for(reader, type, span, &failed);
+    if (layout == NULL) {
+        goto done;
+    }
+    if (layout->attributes == reader->ddtrace_attribute) {
+        result = 0; /* ddtrace's Span: read whole, as ddtrace writes it */
+        goto done;
+    }
+    /* The attribute names read: copied, as finding the instance's own
+     * attributes below may run Python code that remakes the layout. */
+    PyObject *read[SF_COUNT];
+    for (int i = 0; i < SF_COUNT; i++) {
+        read[i] = Py_NewRef(layout->attributes[i]);
+    }
+    names = PyList_New(0);
+    /* The slots holding a value, of every class of the MRO. */
+    PyObject *mro = names != NULL ? Py_XNewRef(type->tp_mro) : NULL;
+    for (Py_ssize_t m = 0; mro != NULL && m < PyTuple_GET_SIZE(mro) && names != NULL; m++) {
+        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, m);
+        for (const PyMemberDef *member = base->tp_members; member != NULL && member->name != NULL;
+             member++) {
+            if (member->type != SP_T_OBJECT_EX || strncmp(member->name, "__", 2) == 0 ||
+                *(PyObject **)((char *)span + member->offset) == NULL) {
+                continue;
+            }
+            PyObject *name = PyUnicode_FromString(member->name);
+            if (name == NULL || PyList_Append(names, name) < 0) {
+                Py_CLEAR(names);
+            }
+            Py_XDECREF(name);
+        }
+    }
+    Py_XDECREF(mro);
+    /* The instance's own attributes. */
+    if (names != NULL && has_instance_dict(type)) {
+        instance_dict = PyObject_GenericGetDict(span, NULL);
+        PyObject *keys = instance_dict != NULL ? PyDict_Keys(instance_dict) : NULL;
+        if (keys == NULL || _PyList_Extend((PyListObject *)names, keys) == NULL) {
+            Py_CLEAR(names);
+        }
+        Py_XDECREF(keys);
+    }
+    if (names != NULL) {
+        PyObject *class_name = class_display_name(type);
+        what = class_name != NULL ? PyUnicode_FromFormat("span of class %U carries", class_name)
+                                  : NULL;
+        Py_XDECREF(class_name);
+        const char *text = what != NULL ? PyUnicode_AsUTF8(what) : NULL;
+        result = text != NULL ? refuse_unwritten(names, text, read) : -1;
+        names = NULL; /* stolen */
+    }
+    for (int i = 0; i < SF_COUNT; i++) {
+        Py_DECREF(read[i]);
+    }
+done:
+    Py_XDECREF(what);
+    Py_XDECREF(instance_dict);
+    Py_XDECREF(names);
+    Py_DECREF(type);
     return result;
 }
 

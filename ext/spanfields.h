@@ -223,6 +223,10 @@ typedef struct {
     /* Fields a fields= mapping names (bit i: field i): a class that can
      * never have the attribute is refused when it is first resolved. */
     uint32_t mapped;
+    /* strict=True: a span carrying what is not written (a dict key that is
+     * no field; an object's slot holding a value, or instance attribute,
+     * that no field reads) is refused, naming it (spanfields_check_strict). */
+    int strict;
     /* The unit fields= gives start_ns and duration_ns in on objects (dict
      * spans keep the protocol's nanoseconds), as nanoseconds per unit (0 or
      * 1: nanoseconds, nothing to convert), and whether any is not 1. */
@@ -362,6 +366,12 @@ int spanfields_attribute(PyObject *obj, PyObject *name, PyObject **value);
 
 /* One field of `span` (a new reference in *value, NULL when absent). */
 int spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, PyObject **value);
+
+/* strict=True, for an object span (dict spans are checked as they are
+ * read): a TypeError naming the slots holding a value and the instance
+ * attributes of `span` that no field reads.  ddtrace's own Span, read whole
+ * as ddtrace writes it, is not checked.  0, or -1 with an error. */
+int spanfields_check_strict(SpanFieldReader *reader, PyObject *span);
 
 /* The origin field of `span`, as spanfields_read_one gives it. */
 int spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value);

@@ -491,6 +491,23 @@ span_times_to_ns(SpanWriter *w, SpanValues *v)
 }
 
 int
+span_object_options(SpanWriter *w, PyObject *span, SpanValues *v)
+{
+    if (w->reader->scales_times && span_times_to_ns(w, v) < 0) {
+        return -1;
+    }
+    if (w->reader->strict) {
+        spanvalues_own(v); /* the check may run Python code */
+        if (spanfields_check_strict(w->reader, span) < 0) {
+            v->failed = -1;
+            spanvalues_release(v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
 span_error_flag_slow(SpanWriter *w, PyObject *value, int *flag)
 {
     if (!PyLong_Check(value)) {

@@ -355,6 +355,18 @@ span_may_run_python(const SpanWriter *w, const SpanValues *v, const TraceInfo *i
             trace_id_high_lookup_may_run_python(w, v->value[SF_META]));
 }
 
+/* start_ns and duration_ns of an object span kept in the unit fields= gives
+ * (seconds, ms, us: an int or a float), as int nanoseconds in `v` (owned
+ * then): a float rounded to the nearest nanosecond.  0, or -1 with an
+ * exception naming nothing (v->failed names the field; `v` released). */
+int span_times_to_ns(SpanWriter *w, SpanValues *v);
+
+/* What fields= units and strict=True ask of an object span read into `v`:
+ * its times in nanoseconds (span_times_to_ns), then nothing carried that is
+ * not written (spanfields_check_strict).  0, or -1 with `v` released and
+ * v->failed naming the field (-1: none). */
+int span_object_options(SpanWriter *w, PyObject *span, SpanValues *v);
+
 /* The per-span fields, borrowed when that is safe (see SpanValues). */
 static inline int
 span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValues *v)
@@ -362,7 +374,8 @@ span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValue
     if (spanfields_read_span(w->reader, span, !w->lenient, v) < 0) {
         return -1;
     }
-    if (SP_UNLIKELY(w->reader->scales_times) && !PyDict_Check(span) && span_times_to_ns(w, v) < 0) {
+    if (SP_UNLIKELY(w->reader->scales_times | w->reader->strict) && !PyDict_Check(span) &&
+        span_object_options(w, span, v) < 0) {
         return -1;
     }
     w->values = v;
@@ -371,12 +384,6 @@ span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValue
     }
     return 0;
 }
-
-/* start_ns and duration_ns of an object span kept in the unit fields= gives
- * (seconds, ms, us: an int or a float), as int nanoseconds in `v` (owned
- * then): a float rounded to the nearest nanosecond.  0, or -1 with an
- * exception naming nothing (v->failed names the field; `v` released). */
-int span_times_to_ns(SpanWriter *w, SpanValues *v);
 
 /* The end of a span read with span_values_read. */
 static inline void

@@ -276,18 +276,27 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static int
 trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {
-        "version",          "fields",          "max_size",  "max_item_size",
-        "max_payload_size", "lenient",         "intern",    "native_span_events",
-        "default_meta",     "default_metrics", "_preamble", NULL};
+    static char *keywords[] = {"version",
+                               "fields",
+                               "max_size",
+                               "max_item_size",
+                               "max_payload_size",
+                               "lenient",
+                               "intern",
+                               "native_span_events",
+                               "default_meta",
+                               "default_metrics",
+                               "_preamble",
+                               "strict",
+                               NULL};
     const char *version = "v0.4";
     PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL, *max_payload_size = NULL;
     PyObject *default_meta = Py_None, *default_metrics = Py_None, *preamble = Py_None;
-    int lenient = 0, intern = 1, native_span_events = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOpppOOO:TraceEncoder", keywords, &version,
-                                     &fields, &max_size, &max_item_size, &max_payload_size,
-                                     &lenient, &intern, &native_span_events, &default_meta,
-                                     &default_metrics, &preamble)) {
+    int lenient = 0, intern = 1, native_span_events = 0, strict = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOpppOOOp:TraceEncoder", keywords,
+                                     &version, &fields, &max_size, &max_item_size,
+                                     &max_payload_size, &lenient, &intern, &native_span_events,
+                                     &default_meta, &default_metrics, &preamble, &strict)) {
         return -1;
     }
     if (self->active_encodes > 0) {
@@ -328,6 +337,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
                         &self->state->fast_paths) < 0) {
         return -1;
     }
+    reader.strict = strict;
     PayloadBuilder current;
     EncodedPart scratch;
     if (payload_init(&current, self->state, version_number, 4096, 0) < 0) {
@@ -882,7 +892,8 @@ static PyMethodDef trace_encoder_methods[] = {
 static PyType_Slot trace_encoder_slots[] = {
     {Py_tp_doc, "TraceEncoder(version='v0.4', fields=None, *, max_size=None, "
                 "max_item_size=None, max_payload_size=None, lenient=False, intern=True, "
-                "native_span_events=False, default_meta=None, default_metrics=None)\n--\n\nC core "
+                "native_span_events=False, default_meta=None, default_metrics=None, "
+                "strict=False)\n--\n\nC core "
                 "of spanpack.TraceMsgPackEncoder "
                 "(max_size None: 20 MiB; max_item_size None: max_size)."},
     {Py_tp_new, trace_encoder_new},

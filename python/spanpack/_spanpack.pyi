@@ -134,6 +134,8 @@ class TraceEncoder:
         # v0.4/v0.5 only: tags every span gets unless it has the key itself.
         default_meta: Optional[Mapping[str, str]] = ...,
         default_metrics: Optional[Mapping[str, Union[int, float]]] = ...,
+        # A span carrying what is not written is a TypeError, naming it.
+        strict: bool = ...,
     ) -> None: ...
     # The limits and the counter are read-only at run time.
     @property

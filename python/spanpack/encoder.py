@@ -32,7 +32,8 @@ class TraceMsgPackEncoder(TraceEncoder):
 
     ``TraceMsgPackEncoder(version="v0.4", fields=None, *, max_size=20 MiB,
     max_item_size=None, max_payload_size=None, lenient=False, intern=True,
-    native_span_events=False, default_meta=None, default_metrics=None)``;
+    native_span_events=False, default_meta=None, default_metrics=None,
+    strict=False)``;
     ``version`` is ``"v0.4"``, ``"v0.5"`` or ``"v1.0"``.  v0.4 and v0.5 take
     default tags: ``default_meta`` (str -> str) and ``default_metrics``
     (str -> int or float) go on every span that lacks the key itself.  For v1.0 the payload fields may be given too:
@@ -40,6 +41,9 @@ class TraceMsgPackEncoder(TraceEncoder):
     ``tracer_version`` (spanpack's), ``runtime_id``, ``env``, ``hostname``,
     ``app_version``, ``container_id`` (each left out of the payload when
     empty) and ``payload_attributes`` (str -> str, bool, int or float).
+    ``strict=True`` refuses (TypeError) a span that carries what is not
+    written: a dict key that is no span field, an object's slot holding a
+    value or instance attribute that no field reads.
 
     One-shot: :meth:`encode_traces`, or :meth:`encode_trace` + :meth:`join_encoded`.
     Buffered (for a writer thread): :meth:`put` from any thread, :meth:`encode`
@@ -61,6 +65,7 @@ class TraceMsgPackEncoder(TraceEncoder):
         native_span_events: bool = False,
         default_meta: Optional[Mapping[str, str]] = None,
         default_metrics: Optional[Mapping[str, float]] = None,
+        strict: bool = False,
         language_name: Optional[str] = None,
         language_version: Optional[str] = None,
         tracer_version: Optional[str] = None,
@@ -110,6 +115,7 @@ class TraceMsgPackEncoder(TraceEncoder):
             native_span_events=native_span_events,
             default_meta=default_meta,
             default_metrics=default_metrics,
+            strict=strict,
             _preamble=preamble,  # type: ignore[call-arg]  # private: kept out of the public stub
         )
 
