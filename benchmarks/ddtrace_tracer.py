@@ -3,7 +3,7 @@
     python benchmarks/ddtrace_tracer.py [--rounds N] [--versions v0.4 v0.5]
 
 Runs with whatever ddtrace is installed (CI's ddtrace matrix venvs, made by
-scripts/ci_ddtrace.sh, have 4.3.2, 4.9.7 and 4.16.0; the [bench] extra has
+scripts/ci_ddtrace.sh, have 4.3.2, 4.8.13, 4.9.7 and 4.16.0; the [bench] extra has
 4.2.3).  For each shape of ``spanpack.ddtrace_shapes`` (one span; a web span
 with 10 children; with 50 children of 40 tags; errors, links, events and
 struct tags), on traces made fresh for every timed call and encoded once:

@@ -542,6 +542,17 @@ read_access(PyObject *obj, PyTypeObject *type, const FieldAccess *access, Py_ssi
         }
         *value = call_accessor(access->object, obj, type);
         return *value == NULL ? -1 : 0;
+    case FIELD_ACCESSOR_LOOKUP:
+        if (access->guard != NULL) {
+            PyObject *any = PyObject_CallMethodNoArgs(obj, access->guard);
+            int truth = any != NULL ? PyObject_IsTrue(any) : -1;
+            Py_XDECREF(any);
+            if (truth <= 0) {
+                return truth; /* 0: none, so absent */
+            }
+        }
+        *value = PyObject_CallMethodNoArgs(obj, access->object);
+        return *value == NULL ? -1 : 0;
     case FIELD_GETATTR:
         if (!PyUnicode_Check(attribute)) {
             return get_attribute_path(obj, attribute, value);
@@ -878,6 +889,7 @@ name_state(PyObject *span, PyTypeObject *type, PyObject *name)
         break;
     case FIELD_CLASS_VALUE:
     case FIELD_ACCESSOR:
+    case FIELD_ACCESSOR_LOOKUP:
     case FIELD_GETSET:
         state = NAME_PRESENT;
         break;
@@ -1101,8 +1113,7 @@ ddtrace_layout_unknown(PyTypeObject *type, int field, const char *why, PyObject 
         PyErr_Format(PyExc_TypeError,
                      "ddtrace %U: span class %U keeps its %s in a way spanpack does not know (%s "
                      "%R), so its spans cannot be written whole; spanpack reads the Span of "
-                     "ddtrace 4.x releases whose tags are attributes or behind the accessors of "
-                     "4.9 to 4.16",
+                     "ddtrace 4.x releases, whose tags are attributes or behind accessors",
                      version, name, span_field_names[field], why, detail);
     }
     Py_XDECREF(name);
@@ -1122,51 +1133,72 @@ is_plain_method(PyTypeObject *type, PyObject *found)
 }
 
 /* The accesses of ddtrace's own Span class (or a subclass of it), as the
- * ddtrace in this process keeps its fields: its pure-Python Span and the
- * first native ones keep tags, links, events and struct tags in attributes
- * (`_meta`, `_metrics`, ...: `access` as resolved from ddtrace's attribute
- * names), later ones in native code behind accessors (DDTRACE_ACCESSORS),
- * which replace those accesses.  Anything else is refused, never read in
- * part: a missing accessor, one that is not a plain method, a missing
- * attribute.  0, or -1 with a TypeError (*failed the field). */
+ * ddtrace in this process keeps its fields.  Each of the fields that
+ * DDTRACE_ACCESSORS lists is read from ddtrace's attribute where the class
+ * has it (`_meta`, `_links`, ...: `access` as resolved from ddtrace's
+ * attribute names; ddtrace's pure-Python Span and its first native ones,
+ * and 4.8's `_meta`/`_metrics`), else through ddtrace's accessor, as its
+ * encoder calls it once the attribute is gone: a C method of a base or a
+ * Python function called straight (FIELD_ACCESSOR), any other callable the
+ * class gives (a wrapper, a partialmethod) and anything on a class whose
+ * instances have a __dict__ (which may override it) by attribute lookup
+ * (FIELD_ACCESSOR_LOOKUP).  Anything else is refused, never read in part: a
+ * field with neither, an accessor that is a data descriptor or no callable,
+ * a field every ddtrace Span has missing.  0, or -1 with a TypeError
+ * (*failed the field). */
 static int
 resolve_ddtrace_fields(SpanFieldReader *reader, PyTypeObject *type, FieldAccess *access,
                        int *failed)
 {
-    /* _PyType_Lookup's result is borrowed: owned at once (see
-     * classify_attribute). */
-    PyObject *first = Py_XNewRef(_PyType_Lookup(type, reader->ddtrace_accessor[SF_META]));
-    int native = first != NULL;
-    Py_XDECREF(first);
-    for (int k = 0; native && k < DDTRACE_ACCESSOR_COUNT; k++) {
+    int lookup = has_instance_dict(type);
+    for (int k = 0; k < DDTRACE_ACCESSOR_COUNT; k++) {
         SpanField field = DDTRACE_ACCESSORS[k].field;
-        PyObject *guard_name = reader->ddtrace_accessor_guard[field];
-        PyObject *method = Py_XNewRef(_PyType_Lookup(type, reader->ddtrace_accessor[field]));
-        PyObject *guard = guard_name != NULL ? Py_XNewRef(_PyType_Lookup(type, guard_name)) : NULL;
-        PyObject *refused = NULL; /* the name of what cannot be called so */
-        const char *why = NULL;
-        if (!is_plain_method(type, method)) {
-            refused = reader->ddtrace_accessor[field];
-            why = method == NULL ? "no accessor" : "not a method:";
+        if (access[field].source != FIELD_ABSENT && access[field].source != FIELD_INSTANCE) {
+            continue; /* kept as an attribute: read as ddtrace's encoder reads it */
         }
-        else if (guard_name != NULL && !is_plain_method(type, guard)) {
-            refused = guard_name;
-            why = guard == NULL ? "no accessor" : "not a method:";
-        }
-        if (refused != NULL) {
-            Py_XDECREF(method);
-            Py_XDECREF(guard);
-            return ddtrace_layout_unknown(type, field, why, refused, failed);
+        /* (ddtrace's Span keeps none in an instance __dict__: a subclass's
+         * __dict__ may hold such a name, but not ddtrace's tags.) */
+        PyObject *names[2] = {reader->ddtrace_accessor[field],
+                              reader->ddtrace_accessor_guard[field]};
+        PyObject *found[2] = {NULL, NULL};
+        int plain = !lookup;
+        for (int j = 0; j < 2; j++) {
+            if (names[j] == NULL) {
+                continue;
+            }
+            /* _PyType_Lookup's result is borrowed: owned at once (see
+             * classify_attribute). */
+            found[j] = Py_XNewRef(_PyType_Lookup(type, names[j]));
+            /* What the span's attribute lookup gives must be called: a
+             * callable, or what a non-data descriptor binds; a data
+             * descriptor (a property) is a field, not an accessor. */
+            PyTypeObject *kind = found[j] != NULL ? Py_TYPE(found[j]) : NULL;
+            const char *why = found[j] == NULL ? "no accessor"
+                              : kind->tp_descr_set != NULL ||
+                                      (kind->tp_descr_get == NULL && !PyCallable_Check(found[j]))
+                                  ? "not a method:"
+                                  : NULL;
+            if (why != NULL) {
+                Py_XDECREF(found[0]);
+                Py_XDECREF(found[1]);
+                return ddtrace_layout_unknown(type, field, why, names[j], failed);
+            }
+            plain &= is_plain_method(type, found[j]);
         }
         Py_XDECREF(access[field].object);
-        access[field].source = FIELD_ACCESSOR;
-        access[field].object = method;
-        access[field].guard = guard;
+        if (plain) {
+            access[field] = (FieldAccess){FIELD_ACCESSOR, found[0], found[1]};
+        }
+        else {
+            Py_XDECREF(found[0]);
+            Py_XDECREF(found[1]);
+            access[field] =
+                (FieldAccess){FIELD_ACCESSOR_LOOKUP, Py_NewRef(names[0]), Py_XNewRef(names[1])};
+        }
     }
     /* The fields every ddtrace Span has, whichever way it keeps them. */
     for (int i = SF_FIRST_PER_SPAN; i <= SF_LAST_PER_SPAN; i++) {
-        int optional = i == SF_META_STRUCT || i == SF_LINKS || i == SF_EVENTS;
-        if (access[i].source == FIELD_ABSENT && !optional) {
+        if (access[i].source == FIELD_ABSENT) {
             return ddtrace_layout_unknown(type, i, "no accessor and no attribute",
                                           reader->ddtrace_attribute[i], failed);
         }

@@ -88,30 +88,34 @@ extern const char *const span_field_ddtrace_attributes[SF_COUNT];
 /* Where instances of a class keep a field, decided once per class (and again
  * when the class changes), as Python's own attribute lookup would find it. */
 typedef enum {
-    FIELD_ABSENT,         /* no instance of the class can have it: costs nothing */
-    FIELD_SLOT,           /* a __slots__ member at `offset` (an empty slot: absent) */
-    FIELD_INSTANCE,       /* the instance __dict__, else a plain class attribute */
-    FIELD_CLASS_VALUE,    /* a plain class attribute, and no instance __dict__ */
-    FIELD_DESCRIPTOR,     /* a property or other descriptor: its getter is called */
-    FIELD_GETSET,         /* a C type's getset descriptor, of a base of the class:
-                           * its C getter is called directly */
-    FIELD_GETATTR_STRICT, /* getattr, every error propagates (a non-data
-                           * descriptor the instance __dict__ may shadow) */
-    FIELD_GETATTR,        /* getattr, AttributeError means absent: the class
-                           * customises attribute access, or a dotted path */
-    FIELD_ACCESSOR,       /* a method of the class called with the span alone
-                           * (ddtrace's native spans: `_get_str_attributes()`),
-                           * after its guard, when it has one, said yes */
+    FIELD_ABSENT,          /* no instance of the class can have it: costs nothing */
+    FIELD_SLOT,            /* a __slots__ member at `offset` (an empty slot: absent) */
+    FIELD_INSTANCE,        /* the instance __dict__, else a plain class attribute */
+    FIELD_CLASS_VALUE,     /* a plain class attribute, and no instance __dict__ */
+    FIELD_DESCRIPTOR,      /* a property or other descriptor: its getter is called */
+    FIELD_GETSET,          /* a C type's getset descriptor, of a base of the class:
+                            * its C getter is called directly */
+    FIELD_GETATTR_STRICT,  /* getattr, every error propagates (a non-data
+                            * descriptor the instance __dict__ may shadow) */
+    FIELD_GETATTR,         /* getattr, AttributeError means absent: the class
+                            * customises attribute access, or a dotted path */
+    FIELD_ACCESSOR,        /* a method of the class called with the span alone
+                            * (ddtrace's native spans: `_get_str_attributes()`),
+                            * after its guard, when it has one, said yes */
+    FIELD_ACCESSOR_LOOKUP, /* the same, the method found by attribute lookup
+                            * on the span (a wrapped accessor, or a class
+                            * whose instances may override it) */
 } FieldSource;
 
 typedef struct {
     FieldSource source;
     /* FIELD_DESCRIPTOR, FIELD_GETSET: the descriptor; FIELD_CLASS_VALUE: the value;
-     * FIELD_ACCESSOR: the method (strong references); NULL otherwise. */
+     * FIELD_ACCESSOR: the method; FIELD_ACCESSOR_LOOKUP: its name (strong
+     * references); NULL otherwise. */
     PyObject *object;
     /* FIELD_ACCESSOR: the method that says whether there is a value at all
-     * (`_has_links()`), called first; a false answer means absent (strong
-     * reference, or NULL: no guard). */
+     * (`_has_links()`), called first; a false answer means absent;
+     * FIELD_ACCESSOR_LOOKUP: its name (strong reference, or NULL: no guard). */
     PyObject *guard;
 } FieldAccess;
 
@@ -194,9 +198,9 @@ typedef struct {
     /* ddtrace's spans: when the span's `context` is ddtrace's own Context,
      * the origin is read from the context in hand: from its `_meta` dict,
      * which is what its dd_origin property returns, without running that
-     * property, where dd_origin is a Python property (ddtrace <= 4.15), else
-     * (a native Context, whose `_meta` builds a dict at each read) as its
-     * `dd_origin`.  The names, and the Context class once recognised (strong
+     * property, where dd_origin is a Python property (a pure-Python
+     * Context), else (a native Context, whose `_meta` builds a dict at each
+     * read) as its `dd_origin`.  The names, and the Context class once recognised (strong
      * reference; NULL otherwise) with which way it is read. */
     PyObject *context_name;
     PyObject *context_meta_name;

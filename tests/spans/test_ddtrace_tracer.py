@@ -12,6 +12,7 @@ what v0.4's mean (the canonical forms of test_one_meaning.py).
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Dict, List
 
 import pytest
@@ -148,36 +149,71 @@ def test_v10_means_what_v04_means(finished_traces, shape):
 
 
 def _native() -> bool:
+    """Does this ddtrace keep tags behind accessors only (4.9 and later)?"""
     return not hasattr(Span, "_meta")
 
 
-def _subclass_without(name: str) -> type:
-    """A subclass of ddtrace's Span where `name` is not what ddtrace has
-    (an accessor replaced by a non-method, or a tag attribute hidden)."""
-    return type("Renamed", (Span,), {"__slots__": (), name: property(lambda self: {})})
+def _subclass_with(name: str, value) -> type:
+    return type("Renamed", (Span,), {"__slots__": (), name: value})
+
+
+class _LookAlike:
+    """A class spanpack takes for ddtrace's Span (by module and name) that
+    keeps its tags neither way: like a ddtrace release that renamed them."""
+
+    def __init__(self):
+        self.trace_id, self.span_id, self.parent_id, self.name = 1, 2, None, "n"
+        self.service = self.resource = self.span_type = None
+        self.start_ns, self.duration_ns, self.error = 5, 7, 0
+
+
+_LookAlike.__module__ = "ddtrace._trace.span"
+_LookAlike.__name__ = _LookAlike.__qualname__ = "Span"
 
 
 @pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
 def test_unknown_ddtrace_layout_is_refused_naming_version_and_field(version):
-    """An accessor that is not a method (a future ddtrace, or a subclass
-    that replaced it) is refused on every ddtrace: read as the attribute-kept
-    layout instead, the span would leave without its tags."""
-    span = _subclass_without("_get_str_attributes")("n", service="s", trace_id=1, span_id=2)
-    span.finish()
+    """A ddtrace Span class with its tags neither in ddtrace's attributes nor
+    behind its accessors is refused, never written without them."""
     with pytest.raises(TypeError) as raised:
-        spanpack.TraceMsgPackEncoder(version).encode_traces([[span]])
+        spanpack.TraceMsgPackEncoder(version).encode_traces([[_LookAlike()]])
     message = str(raised.value)
     assert "ddtrace %s" % ddtrace.__version__ in message
     assert "meta" in message and "_get_str_attributes" in message
 
 
 @pytest.mark.skipif(not _native(), reason="ddtrace's native spans only")
-@pytest.mark.parametrize("accessor", ["_get_numeric_attributes", "_has_links", "_get_events", "_has_meta_structs"])
-def test_each_native_accessor_is_required(accessor):
-    span = _subclass_without(accessor)("n", service="s", trace_id=1, span_id=2)
+@pytest.mark.parametrize("accessor", ["_get_str_attributes", "_get_numeric_attributes", "_has_links",
+                                      "_get_events", "_has_meta_structs"])
+def test_each_native_accessor_is_required_to_be_callable(accessor):
+    """An accessor replaced by a property (a data descriptor, as a renamed
+    field would be) is refused naming it."""
+    span = _subclass_with(accessor, property(lambda self: {}))("n", service="s", trace_id=1, span_id=2)
     span.finish()
     with pytest.raises(TypeError, match=accessor):
         spanpack.TraceMsgPackEncoder("v0.4").encode_traces([[span]])
+
+
+def _tags_plus(self, extra):
+    return {**Span._get_str_attributes(self), **extra} if _native() else dict(self._meta, **extra)
+
+
+@pytest.mark.skipif(not hasattr(Span, "_get_str_attributes"), reason="ddtrace's accessors only")
+@pytest.mark.parametrize("how", ["partialmethod", "instance override"])
+def test_wrapped_or_overridden_accessor_is_called_as_ddtrace_calls_it(how):
+    """An accessor wrapped into a callable that is no plain method, or
+    overridden on an instance, is called through attribute lookup, as
+    ddtrace's encoder calls it: the same bytes as ddtrace's."""
+    if how == "partialmethod":
+        cls = _subclass_with("_get_str_attributes", functools.partialmethod(_tags_plus, {"added": "x"}))
+        span = cls("op", service="svc", resource="res", trace_id=5, span_id=6)
+    else:
+        span = type("WithDict", (Span,), {})("op", service="svc", resource="res", trace_id=5, span_id=6)
+        span._get_str_attributes = functools.partial(_tags_plus, span, {"added": "y"})
+    span.set_tag("k", "v")
+    span.finish()
+    for version in ("v0.4", "v0.5"):
+        assert_all_paths_equal(ddtrace_payload(version, [[span]]), spanpack_paths(version, [[span]]))
 
 
 def test_subclass_of_ddtrace_span_is_read_like_span(finished_traces):
