@@ -89,6 +89,10 @@ DEFAULT_TIMEOUT = 2.0
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_RETRY_BACKOFF = 0.1
 
+#: ``delivery=``: resend a payload sent whole whose reply never came (the
+#: agent may then hold it twice), or never (it may then be lost).
+DELIVERY_MODES = ("at-least-once", "at-most-once")
+
 #: The encoder's bytes may take this share of max_buffer_size; the trace
 #: objects kept for re-encoding are given the rest.
 BUFFER_BYTES_SHARE = 8
@@ -191,23 +195,29 @@ def choose_version(advertised_endpoints: Sequence[str], supported: Sequence[str]
 class _Group:
     """Traces to go as one payload, and that payload once encoded."""
 
-    __slots__ = ("traces", "count", "payload", "encoder")
+    __slots__ = ("traces", "count", "payload", "encoder", "at_agent")
 
-    def __init__(self, traces: Optional[List[Trace]], count: int, payload: Optional[bytes] = None, encoder: Any = None):
+    def __init__(self, traces: Optional[List[Trace]], count: int, payload: Optional[bytes] = None, encoder: Any = None,
+                 at_agent: bool = False):
         self.traces = traces  # None: not kept (cannot be re-encoded)
         self.count = count
         self.payload = payload
         self.encoder = encoder  # the encoder that made ``payload``
+        # An attempt went out whole and got no reply: the agent may hold
+        # these traces, so they are never counted dropped, and each later
+        # attempt is a resend.
+        self.at_agent = at_agent
 
 
 class _Batch:
     """What the flush thread took in one swap of the buffer."""
 
-    __slots__ = ("unsettled", "sending")
+    __slots__ = ("unsettled", "sending", "at_agent")
 
     def __init__(self, count: int) -> None:
         self.unsettled = count
-        self.sending = 0  # traces of the payload whose request is under way
+        self.sending = 0  # traces of the payload whose request is under way (and not in at_agent)
+        self.at_agent = 0  # unsettled traces of groups whose ``at_agent`` is set
 
 
 _SENT, _UNCONFIRMED = "sent", "unconfirmed"
@@ -219,7 +229,8 @@ class WriterStats(TypedDict):
 
     traces_written: int
     traces_sent: int  # confirmed by a 2xx, or sent whole with no reply (those are also in the next)
-    traces_sent_unconfirmed: int  # sent whole, no reply: the agent may have them; never resent
+    traces_sent_unconfirmed: int  # sent whole, never answered: the agent may have them, or not
+    traces_resent: int  # sent again after an attempt that went whole and got no reply: possible duplicates
     traces_dropped: int
     traces_buffered: int  # in the buffer, or in the batch being sent
     dropped_by_reason: Dict[str, int]  # every reason of DROP_REASONS, 0 included
@@ -331,6 +342,7 @@ class AgentWriter:
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         retry_backoff: float = DEFAULT_RETRY_BACKOFF,
+        delivery: str = "at-least-once",
         **encoder_options: Any,
     ) -> None:
         unknown = [name for name in encoder_options if name not in _ENCODER_OPTIONS]
@@ -353,6 +365,8 @@ class AgentWriter:
             raise ValueError("need max_attempts >= 1 and retry_backoff >= 0")
         if on_response is not None and not callable(on_response):
             raise TypeError("on_response must be callable")
+        if delivery not in DELIVERY_MODES:
+            raise ValueError("delivery must be %s, not %r" % (" or ".join(map(repr, DELIVERY_MODES)), delivery))
         self.url = url or agent_url_from_env()
         self._address = parse_agent_url(self.url)  # a bad URL fails here, not on the thread
         self.flush_interval = float(flush_interval)
@@ -362,6 +376,7 @@ class AgentWriter:
         self.on_response = on_response
         self.max_attempts = int(max_attempts)
         self.retry_backoff = float(retry_backoff)
+        self.delivery = delivery
         self._encoder_options = dict(encoder_options)
         self._headers = {
             header: str(encoder_options[field])
@@ -448,6 +463,7 @@ class AgentWriter:
         self._connection: Optional[AgentConnection] = None
         self._sent = 0
         self._unconfirmed = 0
+        self._resent = 0
         self._spans_sent = 0
         self._payloads_sent = 0
         self._bytes_sent = 0
@@ -627,6 +643,7 @@ class AgentWriter:
                 "traces_written": self._sent + total_dropped + buffered,
                 "traces_sent": self._sent,
                 "traces_sent_unconfirmed": self._unconfirmed,
+                "traces_resent": self._resent,
                 "traces_dropped": total_dropped,
                 "traces_buffered": buffered,
                 "dropped_by_reason": dropped,
@@ -685,9 +702,13 @@ class AgentWriter:
     def _settle(self, batch: _Batch, group: _Group, outcome: str, error: Optional[BaseException] = None) -> None:
         """Count ``group`` sent, unconfirmed (sent) or dropped for ``outcome``; takes the lock."""
         message = None
+        if group.at_agent and outcome != _SENT:
+            outcome = _UNCONFIRMED  # an earlier attempt may have reached the agent: never counted dropped
         with self._lock:
             batch.unsettled -= group.count
             batch.sending = 0
+            if group.at_agent:
+                batch.at_agent -= group.count
             if outcome == _SENT or outcome == _UNCONFIRMED:
                 self._sent += group.count
                 if outcome == _UNCONFIRMED:
@@ -777,12 +798,13 @@ class AgentWriter:
         batch = self._batch
         if batch is None:
             return
-        if batch.sending:
-            # Its request was under way: the agent may have it.
-            self._sent += batch.sending
-            self._unconfirmed += batch.sending
-            batch.unsettled -= batch.sending
-            batch.sending = 0
+        at_agent = batch.sending + batch.at_agent
+        if at_agent:
+            # A request was under way, or an earlier one went whole unanswered: the agent may have them.
+            self._sent += at_agent
+            self._unconfirmed += at_agent
+            batch.unsettled -= at_agent
+            batch.sending = batch.at_agent = 0
         if batch.unsettled:
             self._count_dropped(batch.unsettled, "writer_error", None)
             batch.unsettled = 0
@@ -978,14 +1000,25 @@ class AgentWriter:
                 if not self._sleep_before_retry(attempt):
                     self._settle(batch, group, "stopped", error)
                     return None
-            batch.sending = group.count
+            if group.at_agent:
+                with self._lock:
+                    self._resent += group.count
+            else:
+                batch.sending = group.count
             try:
                 reply = self._request("PUT", path, payload, headers)
             except RequestFailed as failure:
-                if failure.body_sent:
-                    # The agent may have it: not sent again, not dropped.
+                if failure.body_sent and (failure.timed_out or self.delivery == "at-most-once"):
+                    # The agent may have it (a slow agent surely does): not
+                    # sent again, not dropped.
                     self._settle(batch, group, _UNCONFIRMED, failure)
                     return None
+                if failure.body_sent and not group.at_agent:
+                    # Closed, reset or answered with garbage after the whole
+                    # body: retried, and never counted dropped from now on.
+                    with self._lock:
+                        group.at_agent = True
+                        batch.at_agent += group.count
                 batch.sending = 0
                 error = failure
                 continue
@@ -1151,7 +1184,8 @@ def _halves(group: _Group) -> Tuple[_Group, _Group]:
     """Two groups, the second half first: they are pushed on a stack."""
     traces = group.traces or []
     half = len(traces) // 2
-    return _Group(traces[half:], len(traces) - half), _Group(traces[:half], half)
+    flag = group.at_agent
+    return _Group(traces[half:], len(traces) - half, at_agent=flag), _Group(traces[:half], half, at_agent=flag)
 
 
 class _Note(Exception):

@@ -9,6 +9,8 @@ trace agent: ``GET /info`` lists the endpoints it was given, and a trace
 ``("status", code)``     that status, with a short text body
 ``"reset_before_body"``  reset the connection once the headers are read
 ``"reset_after_body"``   read the whole body, then reset without answering
+``"close_after_body"``   read the whole body, then close (an orderly FIN)
+                         without answering: a proxy whose upstream failed
 ``"slow"``               read the body and answer nothing until ``release()``
                          (or 10 s), then close
 ``"garbage"``            read the body, answer bytes that are not HTTP, close
@@ -305,6 +307,8 @@ class FaultServer:
         if action == "reset_after_body":
             _reset(conn)
             return False
+        if action == "close_after_body":
+            return False  # (_serve closes the connection)
         if action == "slow":
             self._release.wait(IO_TIMEOUT)
             return False

@@ -307,24 +307,86 @@ def test_a_reset_before_the_body_is_read_is_retried_or_unconfirmed(server, write
     delivered_exactly_once(server, writer, ids)
 
 
-@pytest.mark.parametrize("failure", ["reset_after_body", "slow", "garbage", "truncated", "trickle"])
-def test_no_reply_after_the_whole_body_is_unconfirmed_and_not_resent(server, writers, failure):
+NO_REPLY = ["reset_after_body", "close_after_body", "slow", "garbage", "truncated", "trickle"]
+#: Of those, the ones that end at the request's deadline: the agent is still
+#: reading or answering, so a resend would give it a second copy.
+TIMED_OUT = {"slow", "trickle"}
+
+
+@pytest.mark.parametrize("failure", NO_REPLY)
+def test_at_most_once_no_reply_after_the_whole_body_is_unconfirmed_and_not_resent(server, writers, failure):
     # Once the whole request is out, the agent may have it whatever comes
     # back: it is counted sent (unconfirmed), never dropped and never resent.
     server.script.append(failure)
-    writer = writers(server.url, version="v0.4", timeout=0.5)
+    writer = writers(server.url, version="v0.4", timeout=0.5, delivery="at-most-once")
     ids = _write_n(writer, 5)
     assert writer.flush(timeout=10)
     server.release()
     stats = ledger_balances(writer)
     assert stats["traces_sent"] == stats["traces_sent_unconfirmed"] == 5
-    assert stats["retries"] == 0 and server.requests == ["/v0.4/traces"]
-    if failure != "reset_before_body":
-        assert sorted(server.received_ids()) == ids  # once
+    assert stats["retries"] == 0 and stats["traces_resent"] == 0 and server.requests == ["/v0.4/traces"]
+    assert sorted(server.received_ids()) == ids  # once
     later = _write_n(writer, 2)  # the writer goes on with a new connection
     assert writer.flush(timeout=10)
     assert sorted(server.accepted_ids()) == sorted(later)
     assert ledger_balances(writer)["traces_sent"] == 7
+
+
+@pytest.mark.parametrize("failure", NO_REPLY)
+def test_at_least_once_resends_what_got_no_reply_unless_the_deadline_ended_it(server, writers, failure):
+    server.script.append(failure)
+    writer = writers(server.url, version="v0.4", timeout=0.5)  # at-least-once: the default
+    ids = _write_n(writer, 5)
+    assert writer.flush(timeout=10)
+    server.release()
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 5 and not drops(stats)
+    if failure in TIMED_OUT:  # as at-most-once
+        assert stats["traces_sent_unconfirmed"] == 5 and stats["traces_resent"] == 0
+        assert stats["retries"] == 0 and sorted(server.received_ids()) == ids and server.accepted == []
+    else:  # read whole twice, answered the second time
+        assert stats["traces_sent_unconfirmed"] == 0 and stats["traces_resent"] == 5 and stats["retries"] == 1
+        assert sorted(server.received_ids()) == sorted(ids * 2) and sorted(server.accepted_ids()) == ids
+        assert server.requests == ["/v0.4/traces"] * 2
+
+
+def test_at_least_once_gives_up_after_max_attempts_and_counts_unconfirmed(server, writers):
+    """Every attempt read whole and closed: the traces may be at the agent
+    (several times), so they end unconfirmed, not dropped."""
+    server.rule = lambda path, payload: "close_after_body"
+    writer = writers(server.url, version="v0.4", max_attempts=3)
+    ids = _write_n(writer, 4)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == stats["traces_sent_unconfirmed"] == 4 and not drops(stats)
+    assert stats["traces_resent"] == 8 and stats["retries"] == 2
+    assert sorted(server.received_ids()) == sorted(ids * 3)
+
+
+def test_at_least_once_a_refusal_after_an_unanswered_attempt_is_not_a_drop(server, writers):
+    """The first copy may be at the agent, so a 500s on the resends do not
+    make the traces dropped; a 413 on the resend splits, and the halves are
+    resends too."""
+    server.script.extend(["reset_after_body", ("status", 413)])
+    writer = writers(server.url, version="v0.5")
+    ids = _write_n(writer, 6)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["traces_sent"] == 6 and stats["traces_sent_unconfirmed"] == 0 and not drops(stats)
+    assert stats["traces_resent"] == 6 + 6  # the whole payload once, then its two halves
+    assert sorted(server.accepted_ids()) == ids and len(server.accepted) == 2
+    server.rule = lambda path, payload: ("status", 503)
+    server.script.append("close_after_body")
+    later = _write_n(writer, 3)
+    assert writer.flush(timeout=10)
+    stats = ledger_balances(writer)
+    assert stats["traces_sent_unconfirmed"] == 3 and not drops(stats)
+    assert sorted(server.received_ids()).count(later[0]) == writer.max_attempts
+
+
+def test_delivery_is_checked():
+    with pytest.raises(ValueError, match="delivery must be"):
+        AgentWriter("http://127.0.0.1:1", delivery="exactly-once")
 
 
 def test_retries_are_bounded(server, writers):
