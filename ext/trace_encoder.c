@@ -55,11 +55,11 @@ enum { PUT_TAKEN = 0, PUT_TAKEN_WAKE = 1, PUT_REFUSED = 2 };
 typedef struct {
     int on;
     int closed;
-    int woken;              /* put_counted() said PUT_TAKEN_WAKE since encode() */
-    Py_ssize_t wake_size;   /* 0: never */
-    PyObject *traces;       /* list: the current payload's trace objects */
-    PyObject *spare;        /* an empty list for the next payload a put starts */
-    PyObject *last_error;   /* str: "Type: message" of the last bad input, for the log */
+    int woken;            /* put_counted() said PUT_TAKEN_WAKE since encode() */
+    Py_ssize_t wake_size; /* 0: never */
+    PyObject *traces;     /* list: the current payload's trace objects */
+    PyObject *spare;      /* an empty list for the next payload a put starts */
+    PyObject *last_error; /* str: "Type: message" of the last bad input, for the log */
     Py_ssize_t refused[REFUSED_REASONS];
 } WriterIntake;
 
@@ -899,8 +899,8 @@ put_impl(TraceEncoderObject *self, PyObject *trace, int counted)
         /* The trace's own error (span code's): counted; an Exception is
          * kept as text for the writer's log and not raised, any other
          * BaseException (KeyboardInterrupt, SystemExit) propagates. */
-        int reason = PyErr_ExceptionMatches(PyExc_Exception) ? REFUSED_BAD_INPUT
-                                                             : REFUSED_INTERRUPTED;
+        int reason =
+            PyErr_ExceptionMatches(PyExc_Exception) ? REFUSED_BAD_INPUT : REFUSED_INTERRUPTED;
         SP_BEGIN_CRITICAL_SECTION(self);
         self->intake.refused[reason]++;
         SP_END_CRITICAL_SECTION();
@@ -1112,9 +1112,9 @@ static PyMethodDef trace_encoder_methods[] = {
     {"put", (PyCFunction)trace_encoder_put, METH_O,
      "put($self, trace, /)\n--\n\nEncode a trace into the buffer (all or nothing)."},
     {"_put_counted", (PyCFunction)trace_encoder_put_counted, METH_O,
-     "_put_counted($self, trace, /)\n--\n\nAgentWriter's put (after _start_intake): keeps the trace "
-     "object and counts what becomes of it; 0 taken, 1 taken and wake_size reached, 2 + the "
-     "reason refused."},
+     "_put_counted($self, trace, /)\n--\n\nAgentWriter's put (after _start_intake): keeps "
+     "the trace object and counts what becomes of it; 0 taken, 1 taken and wake_size "
+     "reached, 2 + the reason refused."},
     {"_intake_counts", (PyCFunction)trace_encoder_intake_counts, METH_NOARGS,
      "_intake_counts($self, /)\n--\n\n(buffered, buffer_full, trace_too_large, bad_input, "
      "interrupted, closed)."},

@@ -217,9 +217,9 @@ class _Group:
 
     __slots__ = ("traces", "count", "payload", "encoder", "at_agent")
 
-    def __init__(self, traces: Optional[List[Trace]], count: int, payload: Optional[bytes] = None, encoder: Any = None,
+    def __init__(self, traces: List[Trace], count: int, payload: Optional[bytes] = None, encoder: Any = None,
                  at_agent: bool = False):
-        self.traces = traces  # None: not kept (cannot be re-encoded)
+        self.traces = traces  # the trace objects, for re-encoding
         self.count = count
         self.payload = payload
         self.encoder = encoder  # the encoder that made ``payload``
@@ -720,8 +720,7 @@ class AgentWriter:
                 self._sent += group.count
                 if outcome == _UNCONFIRMED:
                     self._unconfirmed += group.count
-                if group.traces is not None:
-                    self._spans_sent += sum(map(len, group.traces))
+                self._spans_sent += sum(map(len, group.traces))
             else:
                 self._count_dropped(group.count, outcome, error)
         if outcome not in (_SENT, _UNCONFIRMED):
@@ -903,7 +902,8 @@ class AgentWriter:
             groups = []
             for intake in list(self._intakes.values()):
                 if len(intake):
-                    groups += [_Group(traces, n, payload, intake) for payload, n, traces in intake.encode()]
+                    entries: List[Any] = intake.encode()  # an intake's: (payload, count, traces)
+                    groups += [_Group(traces, n, payload, intake) for payload, n, traces in entries]
             batch = self._batch = _Batch(sum(group.count for group in groups))
             batch.answer, self._waiting = self._waiting, []
             self._woken = False
@@ -1196,7 +1196,7 @@ def _versions_from_info(reply: Any) -> Optional[List[str]]:
 
 def _halves(group: _Group) -> Tuple[_Group, _Group]:
     """Two groups, the second half first: they are pushed on a stack."""
-    traces = group.traces or []
+    traces = group.traces
     half = len(traces) // 2
     flag = group.at_agent
     return _Group(traces[half:], len(traces) - half, at_agent=flag), _Group(traces[:half], half, at_agent=flag)

@@ -810,3 +810,27 @@ def test_a_proxy_that_drops_the_first_requests_after_reading_them(server, writer
         assert stats["traces_resent"] == 0 and len(received) == len(set(received))
         lost = len(ids) - len(set(accepted))
         assert lost == stats["traces_sent_unconfirmed"] > 0
+
+
+def test_the_agent_gets_every_trace_through_a_proxy_that_drops_the_first_requests(agent_session, writers):
+    """The same proxy in front of the APM test agent: the agent gets all
+    1,200 traces, and holds one twice only if the writer counted it
+    resent (the agent joins a trace's spans by trace id, so a copy doubles
+    its span count)."""
+    with FaultServer(upstream=agent_session.base_url) as proxy:
+        proxy.script.extend(["close_after_body", "reset_after_body"] * 2 + ["close_after_body"])
+        writer = writers(proxy.url, version="v0.4", flush_interval=0.01, max_attempts=6, max_payload_size=16 << 10)
+        ids = _write_from_eight_threads(writer, 150)
+        assert writer.stop(timeout=60)
+        assert not proxy.script and not proxy.errors
+    stats = ledger_balances(writer)
+    assert stats["traces_written"] == stats["traces_sent"] == 1200 and stats["traces_sent_unconfirmed"] == 0
+    assert stats["traces_resent"] > 0
+    spans = {}
+    for trace in agent_session.traces():
+        spans[trace[0]["trace_id"]] = spans.get(trace[0]["trace_id"], 0) + len(trace)
+    assert sorted(spans) == sorted(ids)  # every trace arrived
+    sizes = {tid: count for payload in proxy.received for tid, count in payload.traces}  # spans per trace
+    copies = sum(spans[tid] // sizes[tid] - 1 for tid in spans)
+    assert all(spans[tid] % sizes[tid] == 0 for tid in spans)
+    assert copies <= stats["traces_resent"], (copies, stats["traces_resent"])
