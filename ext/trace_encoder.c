@@ -887,7 +887,14 @@ put_impl(TraceEncoderObject *self, PyObject *trace, int counted)
     }
     PyObject *result = NULL;
     Py_ssize_t dropped;
-    if (encode_part(self, part, trace, 0, 1, &dropped) == 0) {
+    int encoded = encode_part(self, part, trace, 0, 1, &dropped) == 0;
+    if (encoded && counted && self->intake.spare == NULL) {
+        /* The list for a payload this trace may start, made before the step
+         * that runs no Python code (span code may have used the last one). */
+        self->intake.spare = PyList_New(0);
+        encoded = self->intake.spare != NULL;
+    }
+    if (encoded) {
         SP_BEGIN_CRITICAL_SECTION(self);
         result = append_encoded(self, part, trace, counted);
         if (result != NULL) {
@@ -895,10 +902,11 @@ put_impl(TraceEncoderObject *self, PyObject *trace, int counted)
         }
         SP_END_CRITICAL_SECTION();
     }
-    else if (counted) {
-        /* The trace's own error (span code's): counted; an Exception is
-         * kept as text for the writer's log and not raised, any other
-         * BaseException (KeyboardInterrupt, SystemExit) propagates. */
+    if (result == NULL && counted) {
+        /* The trace's own error (span code's), or no memory to take it:
+         * counted; an Exception is kept as text for the writer's log and
+         * not raised, any other BaseException (KeyboardInterrupt,
+         * SystemExit) propagates. */
         int reason =
             PyErr_ExceptionMatches(PyExc_Exception) ? REFUSED_BAD_INPUT : REFUSED_INTERRUPTED;
         SP_BEGIN_CRITICAL_SECTION(self);
@@ -927,9 +935,10 @@ trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
 
 /* The AgentWriter's write(): put() that counts in the same call whatever
  * becomes of the trace.  Returns PUT_TAKEN, PUT_TAKEN_WAKE, or PUT_REFUSED
- * + the reason (a closed encoder, a limit, bad input: counted, not raised;
- * the last bad input's text is kept, _take_last_error); a BaseException
- * from span code that is no Exception is counted (interrupted) and raised. */
+ * + the reason (a closed encoder, a limit, bad input or no memory to take
+ * it: counted, not raised; the last such error's text is kept,
+ * _take_last_error); a BaseException from span code that is no Exception is
+ * counted (interrupted) and raised. */
 static PyObject *
 trace_encoder_put_counted(TraceEncoderObject *self, PyObject *trace)
 {
@@ -942,13 +951,6 @@ trace_encoder_put_counted(TraceEncoderObject *self, PyObject *trace)
         self->intake.refused[REFUSED_CLOSED]++;
         SP_END_CRITICAL_SECTION();
         return PyLong_FromLong(PUT_REFUSED + REFUSED_CLOSED);
-    }
-    if (self->intake.spare == NULL && (self->intake.spare = PyList_New(0)) == NULL) {
-        /* (no memory to take it: counted with the traces that could not be encoded) */
-        SP_BEGIN_CRITICAL_SECTION(self);
-        self->intake.refused[REFUSED_BAD_INPUT]++;
-        SP_END_CRITICAL_SECTION();
-        return refusal_noted(self, PUT_REFUSED + REFUSED_BAD_INPUT);
     }
     return put_impl(self, trace, 1);
 }
