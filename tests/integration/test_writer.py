@@ -736,3 +736,70 @@ def test_the_public_surface_is_typed_inline():
         assert not unannotated, (name, unannotated)
         assert signature.return_annotation is not inspect.Signature.empty, name
     assert "AgentWriter" in spanpack.__all__ and spanpack.AgentWriter is AgentWriter
+
+
+# -- the intake: what write() is, in C ------------------------------------------------
+
+
+class _WritesWhileRead:
+    """A span whose ``service`` getter writes another trace into the same intake."""
+
+    trace_id, span_id, name, start_ns = 1, 1, "op", 0
+
+    def __init__(self, intake, nested):
+        self.intake, self.nested = intake, nested
+
+    @property
+    def service(self):
+        if self.nested:
+            self.nested.pop()
+            self.intake._put_counted([{"trace_id": 2, "span_id": 1, "name": "inner", "start_ns": 0,
+                                       "service": "s" * 60}])
+        return "s" * 60
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"] + (["v1.0"] if HAS_V1 else []))
+def test_the_intake_keeps_each_trace_object_with_its_payload_and_counts_every_outcome(version):
+    intake = spanpack.TraceMsgPackEncoder(version, max_size=4000, max_payload_size=600)
+    intake._start_intake(300)
+    traces = [make_trace(1 + i % 2) for i in range(40)]
+    answers = [intake._put_counted(trace) for trace in traces]
+    taken = [trace for trace, answer in zip(traces, answers) if answer in (0, 1)]
+    assert answers.count(1) == 1 and set(answers) <= {0, 1, 2}  # woken once; then buffer_full
+    assert intake._put_counted(None) == 4 and intake._put_counted([{"trace_id": "x"}]) == 4  # bad input
+    assert "TypeError" in intake._take_last_error() and intake._take_last_error() is None
+    with pytest.raises(KeyboardInterrupt):
+        intake._put_counted([_InterruptingSpan()])
+    assert intake._intake_counts() == (len(taken), answers.count(2), 0, 2, 1, 0)
+    payloads = intake.encode()
+    assert [trace for _, _, kept in payloads for trace in kept] == taken  # the objects, in order
+    assert all(len(kept) == n for _, n, kept in payloads) and len(payloads) > 1
+    for payload, _, kept in payloads:  # each payload is its traces' encoding
+        assert payload == intake.encode_traces(kept)
+    assert intake._intake_counts()[0] == 0 and intake._intake_counts()[1:] == (answers.count(2), 0, 2, 1, 0)
+    # Span code that writes into the same intake while its trace is encoded.
+    nested = [1, 1, 1]
+    for _ in range(4):
+        assert intake._put_counted([_WritesWhileRead(intake, nested)]) in (0, 1)
+    kept = [trace for _, n, kept in intake.encode() for trace in kept]
+    assert len(kept) == 7 and intake._intake_counts()[0] == 0
+    intake._close_intake()
+    assert intake._put_counted(make_trace()) == 6 and intake._intake_counts()[5] == 1 and len(intake) == 0
+
+
+def test_an_intake_is_made_only_of_an_empty_encoder():
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    with pytest.raises(TypeError, match="_start_intake"):
+        encoder._put_counted(make_trace())
+    encoder.put(make_trace())
+    with pytest.raises(ValueError, match="traces buffered"):
+        encoder._start_intake(0)
+    assert [len(entry) for entry in encoder.encode()] == [2]  # a plain encoder's encode() is unchanged
+
+
+class _InterruptingSpan:
+    trace_id, span_id, name, start_ns = 1, 1, "op", 0
+
+    @property
+    def service(self):
+        raise KeyboardInterrupt
