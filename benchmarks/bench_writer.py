@@ -72,8 +72,7 @@ class IdleWriter:
         self.writer._log_interval = self.writer._last_log = float("inf")  # emptying by hand counts "stopped"
 
     def empty(self):
-        with self.writer._lock:
-            self.writer._take_buffer()
+        self.writer._take_buffer()  # (the writer's own thread stays idle meanwhile)
 
     def close(self):
         self.empty()

@@ -100,9 +100,10 @@ def child(url, dead_url, started, seconds, max_buffer, version):
         name = phase_at(started, seconds)
         if name != current:
             current = name
-            with writer._lock:  # the agent "moves": as if it died, or came back misbehaving
-                writer._address = dead_address if name == "dead" else live_address
-                writer._connection = None
+            # The agent "moves": as if it died, or came back misbehaving (the
+            # flush thread picks the address up with its next connection).
+            writer._address = dead_address if name == "dead" else live_address
+            writer._connection = None
         time.sleep(1.0)
         grown = rss() - base
         peaks[name] = max(peaks.get(name, 0), grown)

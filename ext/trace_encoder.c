@@ -6,7 +6,12 @@
  *            the spans need) and then appends it to the buffered payload in a
  *            short step that runs no Python code, so a failed trace leaves the
  *            buffer untouched and concurrent put()/encode() never tear.
- *            encode() -> [(payload, trace_count), ...]. */
+ *            encode() -> [(payload, trace_count), ...].
+ * AgentWriter's intake (_start_intake()): put_counted(trace) also keeps the
+ *            trace object beside its bytes (encode() then gives
+ *            (payload, trace_count, traces)) and counts what it refuses, in
+ *            the same call, so a writer's count and its put cannot be parted
+ *            (see WriterIntake). */
 #include "payload.h"
 #include "tracewrite.h"
 #include "v10.h"
@@ -27,6 +32,36 @@
 #ifndef Py_GIL_DISABLED
 #define SP_SPARE_TABLES 1
 #endif
+
+/* What put_counted() refused, by reason (the writer's drop reasons). */
+enum {
+    REFUSED_BUFFER_FULL,
+    REFUSED_TOO_LARGE,
+    REFUSED_BAD_INPUT,   /* an Exception while encoding the trace */
+    REFUSED_INTERRUPTED, /* any other BaseException while encoding it */
+    REFUSED_CLOSED,      /* put after _close() */
+    REFUSED_REASONS
+};
+
+/* put_counted()'s answers: taken, taken and the buffer reached wake_size
+ * (once per encode()), or refused (REFUSED_* + PUT_REFUSED). */
+enum { PUT_TAKEN = 0, PUT_TAKEN_WAKE = 1, PUT_REFUSED = 2 };
+
+/* The AgentWriter's use of an encoder (_start_intake()): the trace objects of
+ * the current payload, in its order, for re-encoding; counters that only
+ * grow; a closed flag.  Everything is changed inside put_counted()'s one
+ * C call, so an exception from a signal handler in the caller, before or
+ * after it, cannot leave a trace counted twice or not at all. */
+typedef struct {
+    int on;
+    int closed;
+    int woken;            /* put_counted() said PUT_TAKEN_WAKE since encode() */
+    Py_ssize_t wake_size; /* 0: never */
+    PyObject *traces;     /* list: the current payload's trace objects */
+    PyObject *spare;      /* an empty list for the next payload a put starts */
+    PyObject *last_error; /* str: "Type: message" of the last bad input, for the log */
+    Py_ssize_t refused[REFUSED_REASONS];
+} WriterIntake;
 
 typedef struct {
     PyObject_HEAD
@@ -60,6 +95,7 @@ typedef struct {
     uint64_t payload_ids;
     /* v0.4/v0.5: default_meta= and default_metrics= (tracewrite.h). */
     DefaultTags default_tags;
+    WriterIntake intake;
 #ifdef SP_SPARE_TABLES
     /* The last finished payload's string table, for the next payload. */
     SpareTable spare;
@@ -398,6 +434,12 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     self->max_payload_size = max_payload_value;
     self->dropped_tags = 0;
     Py_XSETREF(self->preamble, preamble == Py_None ? NULL : Py_NewRef(preamble));
+    /* Not the writer's intake until _start_intake() (the counters stay:
+     * they only grow). */
+    self->intake.on = self->intake.closed = self->intake.woken = 0;
+    self->intake.wake_size = 0;
+    Py_CLEAR(self->intake.spare);
+    Py_CLEAR(self->intake.traces);
     default_tags_clear(&old_default_tags);
     spanfields_clear(&old_reader);
     return 0;
@@ -409,6 +451,9 @@ trace_encoder_traverse(TraceEncoderObject *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->sealed);
     Py_VISIT(self->preamble);
+    Py_VISIT(self->intake.traces);
+    Py_VISIT(self->intake.spare);
+    Py_VISIT(self->intake.last_error);
     int visited = default_tags_traverse(&self->default_tags, visit, arg);
     if (visited != 0) {
         return visited;
@@ -421,6 +466,9 @@ trace_encoder_clear(TraceEncoderObject *self)
 {
     Py_CLEAR(self->sealed);
     Py_CLEAR(self->preamble);
+    Py_CLEAR(self->intake.traces);
+    Py_CLEAR(self->intake.spare);
+    Py_CLEAR(self->intake.last_error);
     default_tags_clear(&self->default_tags);
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         Py_CLEAR(self->reader.layouts[i].type);
@@ -635,12 +683,13 @@ raise_limit(PyObject *exception, Py_ssize_t size, const char *limit_name, Py_ssi
  * which the encoder then owns (on failure `next` is freed and the encoder is
  * unchanged: the current payload is only dropped once its entry is listed). */
 static int
-seal_current(TraceEncoderObject *self, PayloadBuilder *next)
+seal_current(TraceEncoderObject *self, PayloadBuilder *next, PyObject *next_traces /* stolen */)
 {
     PyObject *bytes = NULL, *count_object = NULL;
     /* Allocated first: a GC-tracked allocation may run finalizers (Python
-     * code that can put() into this encoder) before anything is read. */
-    PyObject *entry = PyTuple_New(2);
+     * code that can put() into this encoder) before anything is read.  For
+     * the writer's intake the entry also takes the payload's trace objects. */
+    PyObject *entry = PyTuple_New(self->intake.on ? 3 : 2);
     if (entry == NULL) {
         goto error;
     }
@@ -657,6 +706,9 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next)
     PyTuple_SET_ITEM(entry, 0, bytes);
     PyTuple_SET_ITEM(entry, 1, count_object);
     bytes = count_object = NULL;
+    if (self->intake.on) {
+        PyTuple_SET_ITEM(entry, 2, Py_NewRef(self->intake.traces));
+    }
     if (PyList_Append(self->sealed, entry) < 0) {
         goto error;
     }
@@ -665,11 +717,15 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next)
     self->current = *next;
     self->sealed_size += size;
     self->sealed_traces += count;
+    if (self->intake.on) {
+        Py_SETREF(self->intake.traces, next_traces);
+    }
     return 0;
 error:
     Py_XDECREF(entry);
     Py_XDECREF(count_object);
     Py_XDECREF(bytes);
+    Py_XDECREF(next_traces);
     payload_free(next);
     return -1;
 }
@@ -677,19 +733,29 @@ error:
 static int
 seal_current_and_start_new(TraceEncoderObject *self)
 {
-    PayloadBuilder fresh;
-    if (buffer_payload_init(self, &fresh) < 0) {
+    PyObject *fresh_traces = NULL;
+    if (self->intake.on && (fresh_traces = PyList_New(0)) == NULL) {
         return -1;
     }
-    return seal_current(self, &fresh);
+    PayloadBuilder fresh;
+    if (buffer_payload_init(self, &fresh) < 0) {
+        Py_XDECREF(fresh_traces);
+        return -1;
+    }
+    return seal_current(self, &fresh, fresh_traces);
 }
 
 /* The append step of put(): no Python code runs here, so under the GIL it is
  * atomic; free-threaded builds hold the encoder's critical section.  Nothing
  * changes unless the trace is accepted. */
 static PyObject *
-append_encoded(TraceEncoderObject *self, EncodedPart *part)
+append_encoded(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, int counted)
 {
+    WriterIntake *intake = &self->intake;
+    if (counted && intake->closed) {
+        intake->refused[REFUSED_CLOSED]++;
+        return PyLong_FromLong(PUT_REFUSED + REFUSED_CLOSED);
+    }
     Py_ssize_t size_before = buffered_size(self);
     PayloadMark mark = payload_mark(&self->current);
     if (payload_append(&self->current, part) < 0) {
@@ -702,6 +768,7 @@ append_encoded(TraceEncoderObject *self, EncodedPart *part)
     int split = self->max_payload_size > 0 && mark.trace_count > 0 &&
                 payload_after > self->max_payload_size;
     PayloadBuilder next;
+    PyObject *next_traces = NULL;
     if (split) {
         payload_release_part(&self->current, mark, part);
         if (buffer_payload_init(self, &next) < 0) {
@@ -724,6 +791,11 @@ append_encoded(TraceEncoderObject *self, EncodedPart *part)
         else {
             payload_release_part(&self->current, mark, part);
         }
+        if (counted) {
+            int reason = too_large ? REFUSED_TOO_LARGE : REFUSED_BUFFER_FULL;
+            intake->refused[reason]++;
+            return PyLong_FromLong(PUT_REFUSED + reason);
+        }
         if (growth > self->max_item_size) {
             return raise_limit(self->state->buffer_item_too_large_error, growth, "max_item_size",
                                self->max_item_size,
@@ -743,14 +815,72 @@ append_encoded(TraceEncoderObject *self, EncodedPart *part)
                                                 "buffered, max_size=%zd",
                                                 growth, size_before, self->max_size));
     }
-    if (split && seal_current(self, &next) < 0) {
+    if (intake->on) {
+        /* The trace object goes beside its bytes: into the list of the
+         * payload it joined (a list made ready before this step, when it
+         * starts a payload of its own).  Appending to a list allocates no
+         * object, so no Python code runs here either. */
+        PyObject *traces = split ? intake->spare : intake->traces;
+        if (traces == NULL || PyList_Append(traces, trace) < 0) {
+            if (traces == NULL) {
+                PyErr_SetString(PyExc_SystemError, "put_counted: no list for a new payload");
+            }
+            if (split) {
+                strtable_reclaim(&part->strings);
+                payload_free(&next);
+            }
+            else {
+                payload_release_part(&self->current, mark, part);
+            }
+            return NULL;
+        }
+        if (split) {
+            next_traces = intake->spare; /* now the new payload's (seal_current takes it) */
+            intake->spare = NULL;
+        }
+    }
+    if (split && seal_current(self, &next, next_traces) < 0) {
         return NULL;
     }
-    Py_RETURN_NONE;
+    if (counted && intake->wake_size > 0 && !intake->woken &&
+        buffered_size(self) >= intake->wake_size) {
+        intake->woken = 1;
+        return PyLong_FromLong(PUT_TAKEN_WAKE);
+    }
+    return counted ? PyLong_FromLong(PUT_TAKEN) : Py_NewRef(Py_None);
+}
+
+/* Take the error set now as the intake's last_error text ("Type: message")
+ * and return `answer`; the error is cleared.  Text that cannot be made
+ * leaves the type's name. */
+static PyObject *
+refusal_noted(TraceEncoderObject *self, int answer)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    PyObject *text = NULL;
+    if (value != NULL) {
+        text = PyUnicode_FromFormat("%s: %S", Py_TYPE(value)->tp_name, value);
+        if (text == NULL) {
+            PyErr_Clear();
+            text = PyUnicode_FromString(Py_TYPE(value)->tp_name);
+        }
+    }
+    if (text == NULL) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    if (text != NULL) {
+        Py_XSETREF(self->intake.last_error, text);
+    }
+    return PyLong_FromLong(answer);
 }
 
 static PyObject *
-trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
+put_impl(TraceEncoderObject *self, PyObject *trace, int counted)
 {
     EncodedPart own_part;
     EncodedPart *part;
@@ -767,13 +897,34 @@ trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
     }
     PyObject *result = NULL;
     Py_ssize_t dropped;
-    if (encode_part(self, part, trace, 0, 1, &dropped) == 0) {
+    int encoded = encode_part(self, part, trace, 0, 1, &dropped) == 0;
+    if (encoded && counted && self->intake.spare == NULL) {
+        /* The list for a payload this trace may start, made before the step
+         * that runs no Python code (span code may have used the last one). */
+        self->intake.spare = PyList_New(0);
+        encoded = self->intake.spare != NULL;
+    }
+    if (encoded) {
         SP_BEGIN_CRITICAL_SECTION(self);
-        result = append_encoded(self, part);
+        result = append_encoded(self, part, trace, counted);
         if (result != NULL) {
             self->dropped_tags += dropped;
         }
         SP_END_CRITICAL_SECTION();
+    }
+    if (result == NULL && counted) {
+        /* The trace's own error (span code's), or no memory to take it:
+         * counted; an Exception is kept as text for the writer's log and
+         * not raised, any other BaseException (KeyboardInterrupt,
+         * SystemExit) propagates. */
+        int reason =
+            PyErr_ExceptionMatches(PyExc_Exception) ? REFUSED_BAD_INPUT : REFUSED_INTERRUPTED;
+        SP_BEGIN_CRITICAL_SECTION(self);
+        self->intake.refused[reason]++;
+        SP_END_CRITICAL_SECTION();
+        if (reason == REFUSED_BAD_INPUT) {
+            result = refusal_noted(self, PUT_REFUSED + REFUSED_BAD_INPUT);
+        }
     }
     if (use_scratch) {
         /* Do not keep a huge trace's buffers around. */
@@ -784,6 +935,96 @@ trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
         part_free(&own_part);
     }
     return result;
+}
+
+static PyObject *
+trace_encoder_put(TraceEncoderObject *self, PyObject *trace)
+{
+    return put_impl(self, trace, 0);
+}
+
+/* The AgentWriter's write(): put() that counts in the same call whatever
+ * becomes of the trace.  Returns PUT_TAKEN, PUT_TAKEN_WAKE, or PUT_REFUSED
+ * + the reason (a closed encoder, a limit, bad input or no memory to take
+ * it: counted, not raised; the last such error's text is kept,
+ * _take_last_error); a BaseException from span code that is no Exception is
+ * counted (interrupted) and raised. */
+static PyObject *
+trace_encoder_put_counted(TraceEncoderObject *self, PyObject *trace)
+{
+    if (!self->intake.on) {
+        PyErr_SetString(PyExc_TypeError, "_put_counted() needs _start_intake() first");
+        return NULL;
+    }
+    if (self->intake.closed) { /* (checked again as it is appended) */
+        SP_BEGIN_CRITICAL_SECTION(self);
+        self->intake.refused[REFUSED_CLOSED]++;
+        SP_END_CRITICAL_SECTION();
+        return PyLong_FromLong(PUT_REFUSED + REFUSED_CLOSED);
+    }
+    return put_impl(self, trace, 1);
+}
+
+/* The writer's counters, read in one step: (taken and buffered now,
+ * refused by reason...) in REFUSED_* order. */
+static PyObject *
+trace_encoder_intake_counts(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *result;
+    SP_BEGIN_CRITICAL_SECTION(self);
+    const Py_ssize_t *refused = self->intake.refused;
+    result = Py_BuildValue("(nnnnnn)", self->sealed_traces + self->current.trace_count,
+                           refused[REFUSED_BUFFER_FULL], refused[REFUSED_TOO_LARGE],
+                           refused[REFUSED_BAD_INPUT], refused[REFUSED_INTERRUPTED],
+                           refused[REFUSED_CLOSED]);
+    SP_END_CRITICAL_SECTION();
+    return result;
+}
+
+/* Make this encoder an AgentWriter's intake (see WriterIntake): put_counted()
+ * keeps each trace object, encode() gives (payload, count, traces), and a
+ * put that takes the buffer to `wake_size` bytes (0: never) says so, once
+ * per encode().  Only on an empty buffer. */
+static PyObject *
+trace_encoder_start_intake(TraceEncoderObject *self, PyObject *wake_size_object)
+{
+    Py_ssize_t wake_size = PyNumber_AsSsize_t(wake_size_object, PyExc_OverflowError);
+    if (wake_size == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *traces = PyList_New(0); /* (before the test: it may run a collection) */
+    if (traces == NULL) {
+        return NULL;
+    }
+    if (self->sealed_traces + self->current.trace_count > 0 || self->active_encodes > 0) {
+        Py_DECREF(traces);
+        PyErr_SetString(PyExc_ValueError, "_start_intake() on an encoder with traces buffered");
+        return NULL;
+    }
+    self->intake.on = 1;
+    self->intake.wake_size = wake_size > 0 ? wake_size : 0;
+    Py_XSETREF(self->intake.traces, traces);
+    Py_RETURN_NONE;
+}
+
+/* The text of the last bad input put_counted() refused (None if none since
+ * the last call), for the writer's log; clears it. */
+static PyObject *
+trace_encoder_take_last_error(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *text = self->intake.last_error;
+    self->intake.last_error = NULL;
+    return text != NULL ? text : Py_NewRef(Py_None);
+}
+
+/* From now on put_counted() refuses every trace (counted as closed). */
+static PyObject *
+trace_encoder_close_intake(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    SP_BEGIN_CRITICAL_SECTION(self);
+    self->intake.closed = 1;
+    SP_END_CRITICAL_SECTION();
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -801,6 +1042,7 @@ trace_encoder_encode(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
     result = self->sealed;
     self->sealed = empty;
     self->sealed_size = self->sealed_traces = 0;
+    self->intake.woken = 0;
 done:
     SP_END_CRITICAL_SECTION();
     return result;
@@ -881,9 +1123,24 @@ static PyMethodDef trace_encoder_methods[] = {
      "results."},
     {"put", (PyCFunction)trace_encoder_put, METH_O,
      "put($self, trace, /)\n--\n\nEncode a trace into the buffer (all or nothing)."},
+    {"_put_counted", (PyCFunction)trace_encoder_put_counted, METH_O,
+     "_put_counted($self, trace, /)\n--\n\nAgentWriter's put (after _start_intake): keeps "
+     "the trace object and counts what becomes of it; 0 taken, 1 taken and wake_size "
+     "reached, 2 + the reason refused."},
+    {"_intake_counts", (PyCFunction)trace_encoder_intake_counts, METH_NOARGS,
+     "_intake_counts($self, /)\n--\n\n(buffered, buffer_full, trace_too_large, bad_input, "
+     "interrupted, closed)."},
+    {"_start_intake", (PyCFunction)trace_encoder_start_intake, METH_O,
+     "_start_intake($self, wake_size, /)\n--\n\nMake this encoder an AgentWriter's intake "
+     "(keeps trace objects, counts refusals)."},
+    {"_take_last_error", (PyCFunction)trace_encoder_take_last_error, METH_NOARGS,
+     "_take_last_error($self, /)\n--\n\nThe last bad input's error as text, or None; "
+     "clears it."},
+    {"_close_intake", (PyCFunction)trace_encoder_close_intake, METH_NOARGS,
+     "_close_intake($self, /)\n--\n\n_put_counted() refuses every trace from now on."},
     {"encode", (PyCFunction)trace_encoder_encode, METH_NOARGS,
-     "encode($self, /)\n--\n\nThe buffered traces as a list of (payload, trace_count); empties "
-     "the buffer."},
+     "encode($self, /)\n--\n\nThe buffered traces as a list of (payload, trace_count) "
+     "(an intake's: (payload, trace_count, traces)); empties the buffer."},
     {"_intern_stats", (PyCFunction)trace_encoder_intern_stats, METH_NOARGS,
      "_intern_stats($self, /)\n--\n\nCounters of the v0.4 string cache."},
     {NULL, NULL, 0, NULL},

@@ -8,7 +8,9 @@ and anything larger is refused unread (``Reply.too_large``).
 
 A failed request says whether the whole request body had been handed to the
 kernel (``RequestFailed.body_sent``): after that point the agent may have the
-payload even though no reply came, so a writer must not count it as lost.
+payload even though no reply came, so a writer must not count it as lost; and
+whether it ran into its deadline (``RequestFailed.timed_out``): an agent still
+reading or answering, which a resend would give a second copy.
 """
 
 from __future__ import annotations
@@ -38,16 +40,19 @@ _READ_CHUNK = 64 << 10
 
 
 class RequestFailed(urllib.error.URLError):
-    """No usable reply came.  ``body_sent``: the whole request had been sent.
+    """No usable reply came.  ``body_sent``: the whole request had been sent;
+    ``timed_out``: the request's deadline ended it (rather than the agent
+    closing, resetting or answering something that is no HTTP reply).
 
     A ``urllib.error.URLError`` (so an ``OSError``), as ``send()`` raised when
     it was built on urllib; ``reason`` is the underlying error (for instance
     ``ConnectionRefusedError``) or a message.
     """
 
-    def __init__(self, reason: Union[str, BaseException], body_sent: bool) -> None:
+    def __init__(self, reason: Union[str, BaseException], body_sent: bool, timed_out: bool = False) -> None:
         super().__init__(reason)
         self.body_sent = body_sent
+        self.timed_out = timed_out
 
     def __str__(self) -> str:
         reason = self.reason
@@ -198,7 +203,7 @@ class AgentConnection:
             raise
         except (OSError, ValueError) as error:
             self.close()
-            raise RequestFailed(error, body_sent) from error
+            raise RequestFailed(error, body_sent, isinstance(error, socket.timeout)) from error
         except BaseException:
             self.close()
             raise

@@ -1,55 +1,77 @@
 """AgentWriter: buffer finished traces and send them to a Datadog trace agent.
 
-The application thread encodes each trace into the encoder's own buffer
-(``put``: exact bytes, all-or-nothing) and keeps a reference to the trace; a
-background thread takes the buffer as payloads (``encode``) and owns the
-network: the kept-alive connection, version negotiation, retries, splitting
-and downgrades.
+The application thread encodes each trace into an intake encoder's buffer
+(``_put_counted``: exact bytes, all-or-nothing, the trace object kept beside
+them); a background thread takes the buffer as payloads (``encode``) and owns
+the network: the kept-alive connection, version negotiation, retries,
+splitting and downgrades.
+
+No lock on the application side.  ``write()``, ``flush()``, ``stop()`` and
+``stats`` take no Python lock, so an exception a signal handler raises
+anywhere in them (handlers run on the main thread, between two bytecodes)
+leaves nothing held and nothing half-done:
+
+- ``write()`` is one C call, ``_put_counted`` (ext/trace_encoder.c,
+  ``WriterIntake``): it encodes the trace, then in one step that runs no
+  Python code appends the bytes and the trace object and counts the trace
+  buffered, or counts it refused (bad input, a limit, stopped).  A handler's
+  exception before that call leaves the trace untaken and uncounted; after
+  it, the trace is counted already.  The flush thread is woken through a
+  ``queue.SimpleQueue`` (its ``put`` is one C call too), and started with
+  ``_thread.start_new_thread`` (no Event to wait on, as ``Thread.start``
+  has).
+- ``flush()`` and ``stop()`` post a request on that queue and wait for the
+  answer on a queue of their own; ``stop()`` closes the intakes first (C),
+  after which every ``write()`` is refused and counted ``stopped``.
+- ``stats`` reads the counts under a sequence count (``_Ledger``, a
+  seqlock): the flush thread, the only one that moves traces between
+  counts, makes the count odd while it does; a reader retries until it
+  sees the same even count before and after.
+
+The flush thread holds the only Python lock (``_flush_lock``, so that two
+flush threads never run at once: one that a replacement overtook leaves),
+and signal handlers never run there.
 
 The ledger.  At every moment ``traces_written == traces_sent +
-traces_dropped + traces_buffered``, and the three are each what they say:
+traces_dropped + traces_buffered``, each trace in exactly one count:
+buffered is what the intakes hold (counted by C in the call that took the
+trace) plus the unsettled traces of the batch being sent; dropped is the
+intakes' refusals (C) plus what the flush thread settled as dropped; sent
+is the flush thread's.  ``traces_written`` is the sum, not a counter of its
+own.
 
-- buffered: ``len(encoder)`` (the C encoder counts a trace inside the same
-  ``put`` call that stores it) plus the unsettled traces of the batch the
-  flush thread holds;
-- dropped at ``write()``: one ``next()`` on the reason's ``itertools.count``,
-  a single C call (read back from its ``repr``);
-- everything else (sent, dropped later, unconfirmed) is counted by the flush
-  thread, under the lock.  Signal handlers run on the main thread only, so
-  nothing can interrupt those multi-step updates half-way, and readers take
-  the lock.
+Delivery.  A payload whose request went out whole with no reply is resent
+when the connection was closed, reset or answered with garbage
+(``delivery="at-least-once"``, the default; counted ``traces_resent``) and
+never when the request ran into its deadline (a slow agent would get a copy
+per attempt) or with ``delivery="at-most-once"``.  Traces an attempt may
+have delivered are never counted dropped: they end sent, confirmed by a
+later 2xx or else unconfirmed.
 
-``traces_written`` is the sum, not a counter of its own: a counter would be
-a second step that an exception from a signal handler could separate from
-the first.  A ``write()`` that such an exception interrupts either took the
-trace (buffered) or not (then it raised before the trace reached the
-encoder, and the trace is in no count because it was never taken).
-
-What a buffered trace is kept as: its bytes in the encoder's buffer, and the
+What a buffered trace is kept as: its bytes in the intake's buffer, and the
 trace object itself until its payload is settled, for re-encoding after a
 413 (split) or a version downgrade.  The objects count against
 ``max_buffer_size``: the encoder may hold ``max_buffer_size // 8`` bytes,
 the rest is left for the objects (a trace's objects take 2-7x its encoded
-size in measurements).  Should the list of kept objects and the encoder ever
-disagree (an exception between ``put`` and the append), that batch is still
-sent and counted exactly; only its re-encoding is given up.
+size in measurements).  A version change makes a new intake the current
+one; what the old one holds (and what a write() that had already looked it
+up puts there) goes with the next batch, re-encoded.
 """
 
 from __future__ import annotations
 
+import _thread
 import atexit
-import functools
 import inspect
-import itertools
 import json
 import logging
 import os
+import queue
 import random
-import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, TypeVar, Union, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
 from ._extras import _I64_MAX, _I64_MIN, _truncate
 from ._spanpack import (
@@ -58,8 +80,6 @@ from ._spanpack import (
     SPAN_EVENTS_KEY,
     SPAN_LINKS_KEY,
     TRACE_ID_HIGH_KEY,
-    BufferFull,
-    BufferItemTooLarge,
 )
 from .encoder import TraceMsgPackEncoder, agent_versions, payload_headers
 from .transport import MAX_REPLY_SIZE, AgentConnection, RequestFailed, agent_url_from_env, parse_agent_url
@@ -88,6 +108,10 @@ DEFAULT_MAX_PAYLOAD_SIZE = 5 << 20
 DEFAULT_TIMEOUT = 2.0
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_RETRY_BACKOFF = 0.1
+
+#: ``delivery=``: resend a payload sent whole whose reply never came (the
+#: agent may then hold it twice), or never (it may then be lost).
+DELIVERY_MODES = ("at-least-once", "at-most-once")
 
 #: The encoder's bytes may take this share of max_buffer_size; the trace
 #: objects kept for re-encoding are given the rest.
@@ -191,23 +215,30 @@ def choose_version(advertised_endpoints: Sequence[str], supported: Sequence[str]
 class _Group:
     """Traces to go as one payload, and that payload once encoded."""
 
-    __slots__ = ("traces", "count", "payload", "encoder")
+    __slots__ = ("traces", "count", "payload", "encoder", "at_agent")
 
-    def __init__(self, traces: Optional[List[Trace]], count: int, payload: Optional[bytes] = None, encoder: Any = None):
-        self.traces = traces  # None: not kept (cannot be re-encoded)
+    def __init__(self, traces: List[Trace], count: int, payload: Optional[bytes] = None, encoder: Any = None,
+                 at_agent: bool = False):
+        self.traces = traces  # the trace objects, for re-encoding
         self.count = count
         self.payload = payload
         self.encoder = encoder  # the encoder that made ``payload``
+        # An attempt went out whole and got no reply: the agent may hold
+        # these traces, so they are never counted dropped, and each later
+        # attempt is a resend.
+        self.at_agent = at_agent
 
 
 class _Batch:
     """What the flush thread took in one swap of the buffer."""
 
-    __slots__ = ("unsettled", "sending")
+    __slots__ = ("unsettled", "sending", "at_agent", "answer")
 
     def __init__(self, count: int) -> None:
+        self.answer: List[Any] = []  # flush()/stop() replies to answer once this batch is settled
         self.unsettled = count
-        self.sending = 0  # traces of the payload whose request is under way
+        self.sending = 0  # traces of the payload whose request is under way (and not in at_agent)
+        self.at_agent = 0  # unsettled traces of groups whose ``at_agent`` is set
 
 
 _SENT, _UNCONFIRMED = "sent", "unconfirmed"
@@ -219,7 +250,8 @@ class WriterStats(TypedDict):
 
     traces_written: int
     traces_sent: int  # confirmed by a 2xx, or sent whole with no reply (those are also in the next)
-    traces_sent_unconfirmed: int  # sent whole, no reply: the agent may have them; never resent
+    traces_sent_unconfirmed: int  # sent whole, never answered: the agent may have them, or not
+    traces_resent: int  # sent again after an attempt that went whole and got no reply: possible duplicates
     traces_dropped: int
     traces_buffered: int  # in the buffer, or in the batch being sent
     dropped_by_reason: Dict[str, int]  # every reason of DROP_REASONS, 0 included
@@ -234,75 +266,49 @@ class WriterStats(TypedDict):
     version: Optional[str]  # None until known
 
 
-# A `with lock:` may leave the lock held when a signal handler raises just
-# after __enter__ returns: its __exit__ is skipped.  CPython 3.14 does so
-# (CPython gh-148874, fixed in 3.15), and so does 3.9 (bpo-29988, fixed in
-# 3.10); CI's 3.12 run once left it held after 8 of 1,000 raises too (a test
-# machine under load), so no version is taken to be free of it.  Signal
-# handlers run in the main thread, so the methods a program calls (write,
-# flush, stop, stats) release on the way out whatever such an exception left
-# held below them: the flush thread, which needs the lock, would otherwise
-# wait forever.
 # How long a flush thread may take to begin running before it is taken for
 # dead and replaced; also how often flush() and stop() look again while
 # they wait.
 _THREAD_CHECK = 1.0
+# How often ``stats`` reads again while the flush thread is moving traces
+# between counts (see _Ledger).
+_STATS_TRIES = 1000
 
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _depth(lock: Any) -> Optional[int]:
-    """How many times this thread holds `lock` (an RLock); None if it holds
-    it but cannot tell how often (3.9's RLock has no _recursion_count)."""
-    if hasattr(lock, "_recursion_count"):
-        return int(lock._recursion_count())
-    return None if lock._is_owned() else 0
-
-
-def _release_down_to(lock: Any, held: Optional[int]) -> None:
-    """Release what this thread holds of `lock` beyond `held` holds."""
-    if held is None:
-        return
-    for _ in range(1 << 20):  # (bounded: release() raises once the lock is free)
-        depth = _depth(lock)
-        if depth is not None and depth <= held:
-            break
-        lock.release()
+# What the intake's _put_counted answers (ext/trace_encoder.c): taken; taken,
+# and half a payload is buffered; refused, 2 + the index in _INTAKE_REASONS.
+_PUT_TAKEN, _PUT_TAKEN_WAKE = 0, 1
+_INTAKE_REASONS = ("buffer_full", "trace_too_large", "bad_input", "interrupted", "stopped")
+_PUT_CLOSED = 2 + _INTAKE_REASONS.index("stopped")
 
 
-def _holds_on_entry(lock: Any, writer: "AgentWriter", guarded_code: Any) -> Optional[int]:
-    """On entry to a guarded method with `lock` held by this thread: how
-    many of its holds belong to calls still running below (span code, an
-    on_response callback or a signal handler calling the writer again).  On
-    the main thread, where signal handlers run and only guarded methods take
-    the lock, holds with no guarded call of this writer below were left by
-    an exception (a second one can land in the guard's own release): they
-    are released here, and the answer is 0."""
-    if threading.current_thread() is not threading.main_thread():
-        return _depth(lock)  # the flush thread's own loop may hold it
-    frame: Any = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code is guarded_code and frame.f_locals.get("self") is writer:
-            return _depth(lock)
-        frame = frame.f_back
-    _release_down_to(lock, 0)
-    return 0
+class _FlushThread:
+    """Stands for one flush thread started (see AgentWriter._thread)."""
+
+    __slots__ = ()
 
 
-def _releases_leaked_lock(method: _Method) -> _Method:
-    def guarded(self: "AgentWriter", *args: Any, **kwargs: Any) -> Any:
-        lock: Any = self._lock  # _is_owned() is RLock's, untyped in typeshed
-        # On entry the lock is not this thread's unless the call re-entered
-        # (or a leak was left): one test each way on the usual path.
-        held = _holds_on_entry(lock, self, code) if lock._is_owned() else 0
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            if lock._is_owned():
-                _release_down_to(lock, held)
+class _Ledger:
+    """A sequence count around the flush thread's updates that move traces
+    between counts (a seqlock): odd while one is under way.  Only the flush
+    thread writes; ``stats`` reads until it sees the same even count before
+    and after, so it takes no lock and never sees a trace in two counts or
+    in none.  (Nested sections count once.)"""
 
-    code = guarded.__code__
-    return cast(_Method, functools.wraps(method)(guarded))
+    __slots__ = ("seq", "depth")
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        self.depth += 1
+        if self.depth == 1:
+            self.seq += 1
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.seq += 1
 
 
 class AgentWriter:
@@ -331,6 +337,7 @@ class AgentWriter:
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         retry_backoff: float = DEFAULT_RETRY_BACKOFF,
+        delivery: str = "at-least-once",
         **encoder_options: Any,
     ) -> None:
         unknown = [name for name in encoder_options if name not in _ENCODER_OPTIONS]
@@ -353,6 +360,8 @@ class AgentWriter:
             raise ValueError("need max_attempts >= 1 and retry_backoff >= 0")
         if on_response is not None and not callable(on_response):
             raise TypeError("on_response must be callable")
+        if delivery not in DELIVERY_MODES:
+            raise ValueError("delivery must be %s, not %r" % (" or ".join(map(repr, DELIVERY_MODES)), delivery))
         self.url = url or agent_url_from_env()
         self._address = parse_agent_url(self.url)  # a bad URL fails here, not on the thread
         self.flush_interval = float(flush_interval)
@@ -362,6 +371,7 @@ class AgentWriter:
         self.on_response = on_response
         self.max_attempts = int(max_attempts)
         self.retry_backoff = float(retry_backoff)
+        self.delivery = delivery
         self._encoder_options = dict(encoder_options)
         self._headers = {
             header: str(encoder_options[field])
@@ -422,32 +432,41 @@ class AgentWriter:
 
     def _init_runtime_state(self) -> None:
         """Everything a forked child must not share with its parent."""
-        # Reentrant: span code run by put() may itself write a trace.
-        self._lock = threading.RLock()
-        self._work_ready = threading.Condition(self._lock)
-        self._batch_done = threading.Condition(self._lock)
-        self._encoder = self._new_encoder(self._version)
-        self._kept: List[Trace] = []  # the encoder's traces, in its order
-        # write()'s drops, one C-level increment each (see the module docstring).
-        self._write_drops: Dict[str, "itertools.count[int]"] = {reason: itertools.count() for reason in DROP_REASONS}
-        self._wake_at = self._wake_threshold()
-        self._flush_requested = False
-        # The flush thread, and the one of its threads now inside _run.  The
-        # writer judges "alive" by these, never by Thread.is_alive() or
-        # join(): up to 3.12 a signal handler raising inside either marks a
-        # running thread stopped for good (threading's bpo-45274 clean-up
-        # releases the thread's own lock), and the main thread, where
-        # handlers run, calls write(), flush() and stop().
-        self._thread: Optional[threading.Thread] = None
-        self._running: Optional[threading.Thread] = None
+        # The intakes: one encoder per version used, each counting in C what
+        # it takes and refuses and keeping the trace objects (WriterIntake in
+        # ext/trace_encoder.c).  write() puts into the current one; a version
+        # change leaves the old one as it is, and what is in it goes with the
+        # next batch, re-encoded.
+        self._intakes: Dict[str, TraceMsgPackEncoder] = {}
+        self._ledger = _Ledger()
+        self._encoder = self._intake(self._version)
+        # Requests to the flush thread, each put() one C call: None wakes it
+        # (half a payload is buffered, or stop()); a SimpleQueue asks for an
+        # answer once everything buffered now is settled (flush(), stop()).
+        self._requests: "queue.SimpleQueue[Optional[queue.SimpleQueue[bool]]]" = queue.SimpleQueue()
+        self._waiting: List["queue.SimpleQueue[bool]"] = []  # (flush thread) answered after the next batch
+        self._woken = False  # (flush thread) a wake-up came: send now
+        # The only Python lock: held by a flush thread for as long as it runs,
+        # so that two never run at once; no application thread takes it.
+        self._flush_lock = threading.Lock()
+        # The flush thread (a token per thread started), the one now running
+        # _run (and its thread ident), and the last to leave it.  Started with
+        # _thread.start_new_thread, one C call, rather than Thread.start(),
+        # which waits on an Event (a lock) on the caller's thread; and judged
+        # alive by these, never by Thread.is_alive() or join() (up to 3.12 a
+        # signal handler raising inside either marks a running thread
+        # stopped for good).
+        self._thread: Optional[_FlushThread] = None
+        self._running: Optional[_FlushThread] = None
+        self._running_ident = 0
+        self._ended: Optional[_FlushThread] = None
         self._thread_started_at = 0.0
         self._batch: Optional[_Batch] = None
-        self._batches_taken = 0
-        self._batches_done = 0
         self._stop_deadline: Optional[float] = None
         self._connection: Optional[AgentConnection] = None
         self._sent = 0
         self._unconfirmed = 0
+        self._resent = 0
         self._spans_sent = 0
         self._payloads_sent = 0
         self._bytes_sent = 0
@@ -456,26 +475,36 @@ class AgentWriter:
         self._errors = 0
         self._on_response_errors = 0
         self._thread_starts = 0
-        self._dropped: Dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
+        self._dropped: Dict[str, int] = dict.fromkeys(DROP_REASONS, 0)  # after write(): the flush thread's
         self._logged: Dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
-        self._last_error: Dict[str, str] = {}
+        self._last_error: Dict[str, str] = {}  # (flush thread) the last error per reason, for the log
         self._last_log = float("-inf")
 
-    def _wake_threshold(self) -> int:
-        return max(min(self.max_payload_size, self._encoder.max_size) // 2, 1)
+    def _intake(self, version: str) -> TraceMsgPackEncoder:
+        """The intake encoder for ``version``, made on first use."""
+        intake = self._intakes.get(version)
+        if intake is None:
+            intake = self._new_encoder(version)
+            intake._start_intake(max(min(self.max_payload_size, intake.max_size) // 2, 1))
+            with self._ledger:
+                self._intakes[version] = intake
+            if self._stopped:  # (stop() sets _stopped, then closes the intakes it finds)
+                intake._close_intake()
+        return intake
+
+    def _buffered(self) -> int:
+        return sum(len(intake) for intake in list(self._intakes.values()))
 
     def _reset_after_fork(self) -> None:
         # The parent keeps (and sends) what it buffered; the child starts
-        # empty, with a new encoder, its own lock (the parent's may have been
-        # held by another thread at the fork), thread and connection.
-        # Closing the child's copy of the socket leaves the parent's open.
+        # empty, with new intakes, its own thread and connection.  Closing
+        # the child's copy of the socket leaves the parent's open.
         if self._connection is not None:
             self._connection.close()
         self._init_runtime_state()
 
-    # -- application side -------------------------------------------------
+    # -- application side: no lock taken ------------------------------------
 
-    @_releases_leaked_lock
     def write(self, trace: Trace) -> None:
         """Buffer one trace (a list of spans) for sending; never raises for its content.
 
@@ -484,70 +513,43 @@ class AgentWriter:
         handler's ``Exception`` that lands while span code runs is taken
         for the span's: the trace is counted ``bad_input``).
         """
-        with self._lock:
-            if self._stopped:
-                next(self._write_drops["stopped"])
-            else:
-                encoder = self._encoder
-                try:
-                    encoder.put(trace)
-                except BufferFull:
-                    next(self._write_drops["buffer_full"])
-                except BufferItemTooLarge:
-                    next(self._write_drops["trace_too_large"])
-                except BaseException as error:
-                    # A signal handler may raise once put() has returned: then
-                    # the encoder holds one trace more than the kept list, and
-                    # the exception is the handler's, not about the trace.
-                    if len(encoder) > len(self._kept):
-                        self._kept.append(trace)
-                        raise
-                    if not isinstance(error, Exception):
-                        next(self._write_drops["interrupted"])
-                        raise
-                    next(self._write_drops["bad_input"])
-                    self._last_error["bad_input"] = "%s: %s" % (type(error).__name__, error)
-                else:
-                    self._kept.append(trace)
-                    if self._thread is None or self._thread is not self._running:
-                        # (none yet, one just started, or one that never got
-                        # to run: see _thread_runs)
-                        self._ensure_thread()
-                    if encoder.size >= self._wake_at:
-                        self._wake_at = self.max_buffer_size + 1  # once per batch
-                        self._work_ready.notify()
-                    return
-            message = self._drop_summary(force=False)
-        if message:
-            log.warning(message)
+        # One C call takes the trace with its object, or refuses it (bad
+        # input, a limit, stopped), and counts which, running no Python code
+        # once the trace is encoded: there is no second step to miss.
+        answer = self._encoder._put_counted(trace)
+        if answer == _PUT_TAKEN_WAKE:
+            self._requests.put(None)
+        if self._running is None and answer != _PUT_CLOSED:
+            # (none yet, one just started, or one that ended: see _ensure_thread)
+            self._ensure_thread()
 
-    @_releases_leaked_lock
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Send what is buffered now; True once all of it is settled (sent or dropped)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            if threading.current_thread() is self._thread:
-                return False  # called from on_response: it would wait on itself
-            if not len(self._encoder) and self._batch is None:
+        if self._on_flush_thread():
+            return False  # called from on_response: it would wait on itself
+        reply: "queue.SimpleQueue[bool]" = queue.SimpleQueue()
+        for _ in range(1 << 62):
+            if not self._buffered() and self._batch is None:
                 return True
+            self._requests.put(reply)
             if not self._ensure_thread():
                 return False
-            # A swap takes the whole buffer, so the next batch holds everything
-            # buffered now; a batch in flight is finished before it.
-            target = self._batches_taken + (1 if len(self._encoder) else 0)
-            self._flush_requested = True
-            self._work_ready.notify()
-            while self._batches_done < target:
-                if not self._ensure_thread():  # it ended: a new one settles what it left
-                    return False
+            # Answered True once everything buffered when the request was
+            # taken is settled, False by a thread that ended (then ask again).
+            for _ in range(1 << 62):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                # (woken at least once a second to see that the thread still runs)
-                self._batch_done.wait(_THREAD_CHECK if remaining is None else min(remaining, _THREAD_CHECK))
-            return True
+                try:
+                    if reply.get(timeout=_THREAD_CHECK if remaining is None else min(remaining, _THREAD_CHECK)):
+                        return True
+                    break
+                except queue.Empty:  # (looked at once a second: the thread may have ended)
+                    if not self._thread_runs():
+                        break
+        return False
 
-    @_releases_leaked_lock
     def stop(self, timeout: Optional[float] = None) -> bool:
         """Send what is buffered and stop the thread; later writes are dropped as ``stopped``.
 
@@ -560,145 +562,169 @@ class AgentWriter:
         """
         bound = self._stop_bound() if timeout is None else max(0.0, float(timeout))
         deadline = time.monotonic() + bound
-        with self._lock:
-            if not self._stopped:
-                self._stopped = True
-                self._stop_deadline = deadline
-            else:
-                deadline = min(deadline, self._stop_deadline or deadline)
-            thread = self._thread
-            live = self._thread_runs()
-            self._work_ready.notify_all()
-        finished = True
-        if not live:
-            self._send_inline(deadline)
-        elif thread is not threading.current_thread():
-            with self._lock:  # _run's end clears self._thread and notifies
-                while self._thread is thread and self._thread_runs():
-                    remaining = deadline + 0.05 - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._batch_done.wait(min(remaining, _THREAD_CHECK))
-                finished = self._thread is not thread
-        with self._lock:
-            message = self._drop_summary(force=True)
-        if message:
-            log.warning(message)
-        return finished
+        if self._stop_deadline is None:
+            self._stop_deadline = deadline
+        else:
+            deadline = min(deadline, self._stop_deadline)
+        self._stopped = True
+        for intake in list(self._intakes.values()):
+            intake._close_intake()  # from now on each write() is refused, counted "stopped"
+        if self._on_flush_thread():
+            return True  # called from on_response: the thread ends after this batch
+        reply: "queue.SimpleQueue[bool]" = queue.SimpleQueue()
+        self._requests.put(None)
+        for _ in range(1 << 62):
+            if not self._thread_runs():
+                if not self._buffered() and self._batch is None:
+                    return True
+                if not self._ensure_thread():  # no thread can start (interpreter shutdown)
+                    return self._send_inline(deadline)
+            remaining = deadline + 0.05 - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._requests.put(reply)
+            try:
+                reply.get(timeout=min(remaining, _THREAD_CHECK))
+            except queue.Empty:
+                pass
+        return False
 
     def _stop_bound(self) -> float:
         backoffs = sum(self.retry_backoff * (2 ** (attempt - 1)) for attempt in range(1, self.max_attempts))
         return self.max_attempts * self.timeout + backoffs
 
-    def _send_inline(self, deadline: float) -> None:
-        """stop() without a live flush thread: send the buffer on the caller's thread."""
-        for _ in range(1000):  # each round takes the whole buffer; bounded regardless
-            with self._lock:
-                if self._thread_runs():
-                    return
+    def _send_inline(self, deadline: float) -> bool:
+        """stop() when no flush thread can be started (interpreter shutdown):
+        the caller does the flush thread's work, taking its lock without
+        waiting, as the flush thread would (no other thread can need it then)."""
+        if not self._flush_lock.acquire(blocking=False):
+            return False  # a flush thread still holds it
+        try:
+            for _ in range(1000):  # each round takes the whole buffer; bounded regardless
                 self._recover_batch()
-                if not len(self._encoder):
-                    return
+                if not self._buffered():
+                    break
                 batch, groups = self._take_batch()
-            try:
-                self._process_batch(batch, groups)
-            except Exception as error:
-                with self._lock:
+                try:
+                    self._process_batch(batch, groups)
+                except Exception as error:
                     self._errors += 1
                     self._recover_batch()
-                log.error("spanpack.AgentWriter: unexpected error while sending", exc_info=error)
-            if time.monotonic() >= deadline:
-                with self._lock:
-                    if len(self._encoder):
-                        batch, groups = self._take_batch()
-                        self._settle_rest(batch, groups, "stopped")
-                return
+                    log.error("spanpack.AgentWriter: unexpected error while sending", exc_info=error)
+            self._log_drops(force=True)
+        finally:
+            self._flush_lock.release()
+        return True
 
     @property
-    @_releases_leaked_lock
     def stats(self) -> WriterStats:
         """A snapshot of the counters (a new dict on every read; see ``WriterStats``)."""
-        with self._lock:
-            dropped = self._drop_totals()
-            batch = self._batch
-            buffered = len(self._encoder) + (batch.unsettled if batch is not None else 0)
-            total_dropped = sum(dropped.values())
-            return {
-                "traces_written": self._sent + total_dropped + buffered,
-                "traces_sent": self._sent,
-                "traces_sent_unconfirmed": self._unconfirmed,
-                "traces_dropped": total_dropped,
-                "traces_buffered": buffered,
-                "dropped_by_reason": dropped,
-                "spans_sent": self._spans_sent,
-                "payloads_sent": self._payloads_sent,
-                "bytes_sent": self._bytes_sent,
-                "retries": self._retries,
-                "replies_too_large": self._replies_too_large,
-                "writer_errors": self._errors,
-                "on_response_errors": self._on_response_errors,
-                "thread_starts": self._thread_starts,
-                "version": self._known_version,
-            }
+        ledger = self._ledger
+        for attempt in range(_STATS_TRIES):
+            seq = ledger.seq
+            if not seq & 1:
+                snapshot = self._read_stats()
+                if ledger.seq == seq:
+                    return snapshot
+            # The flush thread is half-way through moving traces between
+            # counts (a few bytecodes): let it finish.
+            time.sleep(0 if attempt < 8 else 0.001)
+        return self._read_stats()  # (not reached in practice)
+
+    def _read_stats(self) -> WriterStats:
+        dropped = self._drop_totals()
+        batch = self._batch
+        buffered = self._intake_totals()[0] + (batch.unsettled if batch is not None else 0)
+        total_dropped = sum(dropped.values())
+        return {
+            "traces_written": self._sent + total_dropped + buffered,
+            "traces_sent": self._sent,
+            "traces_sent_unconfirmed": self._unconfirmed,
+            "traces_resent": self._resent,
+            "traces_dropped": total_dropped,
+            "traces_buffered": buffered,
+            "dropped_by_reason": dropped,
+            "spans_sent": self._spans_sent,
+            "payloads_sent": self._payloads_sent,
+            "bytes_sent": self._bytes_sent,
+            "retries": self._retries,
+            "replies_too_large": self._replies_too_large,
+            "writer_errors": self._errors,
+            "on_response_errors": self._on_response_errors,
+            "thread_starts": self._thread_starts,
+            "version": self._known_version,
+        }
 
     @property
     def version(self) -> Optional[str]:
         """The trace API version in use: None until known (``version="auto"`` before ``/info`` answers)."""
         return self._known_version
 
-    # -- accounting (callers hold the lock) --------------------------------
+    # -- accounting -----------------------------------------------------------
+
+    def _intake_totals(self) -> List[int]:
+        """[buffered, then refused by each of _INTAKE_REASONS], over every intake."""
+        totals = [0] * (1 + len(_INTAKE_REASONS))
+        for intake in list(self._intakes.values()):
+            for i, n in enumerate(intake._intake_counts()):
+                totals[i] += n
+        return totals
 
     def _drop_totals(self) -> Dict[str, int]:
-        # repr(itertools.count()) is "count(N)": N is the next value, the number of next() calls.
-        return {reason: n + int(repr(self._write_drops[reason])[6:-1]) for reason, n in self._dropped.items()}
+        totals = dict(self._dropped)
+        for reason, n in zip(_INTAKE_REASONS, self._intake_totals()[1:]):
+            totals[reason] += n
+        return totals
 
     def _count_dropped(self, count: int, reason: str, error: Optional[BaseException]) -> None:
         self._dropped[reason] += count
         if error is not None:
             self._last_error[reason] = "%s: %s" % (type(error).__name__, error)
 
-    def _drop_summary(self, force: bool) -> Optional[str]:
-        # One line per interval at most, however many traces are dropped.
+    def _log_drops(self, force: bool) -> None:
+        """(flush thread) One log line per interval at most, however many traces are dropped."""
         now = time.monotonic()
         if not force and now - self._last_log < self._log_interval:
-            return None
+            return
         totals = self._drop_totals()
         unlogged = {reason: totals[reason] - self._logged[reason] for reason in DROP_REASONS}
         unlogged = {reason: n for reason, n in unlogged.items() if n > 0}
         if not unlogged:
-            return None
+            return
         self._logged = totals
         self._last_log = now
         total = sum(unlogged.values())
+        errors, self._last_error = self._last_error, {}
+        for intake in list(self._intakes.values()):
+            text = intake._take_last_error()
+            if text is not None:
+                errors["bad_input"] = text
         reasons = ", ".join(
-            "%d %s%s" % (n, reason, " (%s)" % self._last_error[reason] if reason in self._last_error else "")
+            "%d %s%s" % (n, reason, " (%s)" % errors[reason] if reason in errors else "")
             for reason, n in sorted(unlogged.items())
         )
-        self._last_error = {}
-        return "spanpack.AgentWriter to %s dropped %d trace%s: %s" % (
-            self.url,
-            total,
-            "" if total == 1 else "s",
-            reasons,
+        log.warning(
+            "spanpack.AgentWriter to %s dropped %d trace%s: %s", self.url, total, "" if total == 1 else "s", reasons
         )
 
     def _settle(self, batch: _Batch, group: _Group, outcome: str, error: Optional[BaseException] = None) -> None:
-        """Count ``group`` sent, unconfirmed (sent) or dropped for ``outcome``; takes the lock."""
-        message = None
-        with self._lock:
+        """Count ``group`` sent, unconfirmed (sent) or dropped for ``outcome``."""
+        if group.at_agent and outcome != _SENT:
+            outcome = _UNCONFIRMED  # an earlier attempt may have reached the agent: never counted dropped
+        with self._ledger:
             batch.unsettled -= group.count
             batch.sending = 0
+            if group.at_agent:
+                batch.at_agent -= group.count
             if outcome == _SENT or outcome == _UNCONFIRMED:
                 self._sent += group.count
                 if outcome == _UNCONFIRMED:
                     self._unconfirmed += group.count
-                if group.traces is not None:
-                    self._spans_sent += sum(map(len, group.traces))
+                self._spans_sent += sum(map(len, group.traces))
             else:
                 self._count_dropped(group.count, outcome, error)
-                message = self._drop_summary(force=False)
-        if message:
-            log.warning(message)
+        if outcome not in (_SENT, _UNCONFIRMED):
+            self._log_drops(force=False)
 
     def _settle_rest(self, batch: _Batch, groups: Sequence[_Group], reason: str) -> None:
         for group in groups:
@@ -707,45 +733,52 @@ class AgentWriter:
     # -- the flush thread -------------------------------------------------
 
     def _thread_runs(self) -> bool:
-        """The flush thread is in _run, or was started too recently to be
-        there yet (callers hold the lock)."""
+        """The flush thread is in _run, or was started too recently to be there yet."""
         thread = self._thread
-        return thread is not None and (
-            self._running is thread or time.monotonic() - self._thread_started_at < _THREAD_CHECK
+        return (
+            thread is not None
+            and self._ended is not thread
+            and (self._running is thread or time.monotonic() - self._thread_started_at < _THREAD_CHECK)
         )
 
-    def _ensure_thread(self) -> bool:
-        """Start a flush thread unless one runs (callers hold the lock); False
-        if none could be started."""
-        if not self._thread_runs():
-            self._thread = None
-            self._start_thread()
-        return self._thread is not None
+    def _on_flush_thread(self) -> bool:
+        return self._running is not None and _thread.get_ident() == self._running_ident
 
-    def _start_thread(self) -> None:
-        thread = threading.Thread(target=self._run, name="spanpack.AgentWriter", daemon=True)
-        self._thread = thread
+    def _ensure_thread(self) -> bool:
+        """Start a flush thread unless one runs; False if none could be started.
+
+        No lock: two callers may both start one; the one that is not
+        ``_thread`` when it gets to _run leaves at once."""
+        if self._thread_runs():
+            return True
+        token = _FlushThread()
         self._thread_started_at = time.monotonic()
+        self._thread = token
         try:
-            thread.start()
+            _thread.start_new_thread(self._run, (token,))
         except RuntimeError:
             # Interpreter shutdown forbids new threads (or none can be made
             # now): the buffer waits for the next try, or for stop() (run at
             # exit), which then sends it on its own thread.
-            self._thread = None
-        # Anything else came from a signal handler, before the thread began
-        # or after (threading then raises KeyError, and may kill the new
-        # thread before it runs): it stays "the" thread, and one that has
-        # not reached _run within _THREAD_CHECK is replaced.
+            self._ended = token
+            return False
+        # (A signal handler's exception that lands here, after the one C
+        # call, leaves a thread that runs; one that lands before it leaves
+        # a token with no thread, replaced after _THREAD_CHECK.)
+        return True
 
-    def _run(self) -> None:
-        me = threading.current_thread()
-        with self._lock:
+    def _run(self, me: "_FlushThread") -> None:
+        for _ in range(1 << 62):  # a thread replaced meanwhile leaves; otherwise waits its turn
             if self._thread is not me:
-                return  # replaced before it got here (see _thread_runs)
+                return
+            if self._flush_lock.acquire(timeout=_THREAD_CHECK):
+                break
+        try:
+            if self._thread is not me:
+                return
+            self._running_ident = _thread.get_ident()
             self._running = me
             self._thread_starts += 1
-        try:
             for _ in range(1 << 62):  # each round one batch, or a wait
                 try:
                     if not self._run_once():
@@ -753,91 +786,127 @@ class AgentWriter:
                 except BaseException as error:  # the thread must go on
                     self._on_thread_error(error)
         finally:
-            self._close_connection()
-            with self._lock:
+            try:
+                self._close_connection()
+                if self._stopped:
+                    self._log_drops(force=True)
+            except BaseException:
+                pass
+            finally:
                 if self._running is me:
                     self._running = None
-                if self._thread is me:
-                    self._thread = None
-                self._batch_done.notify_all()
+                self._ended = me
+                self._flush_lock.release()
+                self._answer_all(False)  # whoever waits asks again (and starts a thread if need be)
+
+    def _answer_all(self, settled: bool) -> None:
+        waiting, self._waiting = self._waiting, []
+        batch = self._batch
+        if batch is not None:
+            waiting += batch.answer
+        for _ in range(1 << 20):
+            try:
+                request = self._requests.get_nowait()
+            except queue.Empty:
+                break
+            if request is not None:
+                waiting.append(request)
+        for reply in waiting:
+            reply.put(settled)
 
     def _on_thread_error(self, error: BaseException) -> None:
         try:
             log.error("spanpack.AgentWriter: unexpected error on the flush thread", exc_info=error)
         except BaseException:
             pass
-        with self._lock:
-            self._errors += 1
-            self._recover_batch()
-            if not self._stopped:
-                self._work_ready.wait(min(self.flush_interval, 1.0))  # not a busy loop
+        self._errors += 1
+        self._recover_batch()
+        if not self._stopped:
+            self._wait_for_requests(min(self.flush_interval, 1.0))  # not a busy loop
 
     def _recover_batch(self) -> None:
-        """Settle what a failed round left unsettled (the lock is held)."""
+        """Settle what a failed round left unsettled."""
         batch = self._batch
         if batch is None:
             return
-        if batch.sending:
-            # Its request was under way: the agent may have it.
-            self._sent += batch.sending
-            self._unconfirmed += batch.sending
-            batch.unsettled -= batch.sending
-            batch.sending = 0
-        if batch.unsettled:
-            self._count_dropped(batch.unsettled, "writer_error", None)
-            batch.unsettled = 0
-        self._finish_batch(batch)
+        with self._ledger:
+            at_agent = batch.sending + batch.at_agent
+            if at_agent:
+                # A request was under way, or an earlier one went whole unanswered: the agent may have them.
+                self._sent += at_agent
+                self._unconfirmed += at_agent
+                batch.unsettled -= at_agent
+                batch.sending = batch.at_agent = 0
+            if batch.unsettled:
+                self._count_dropped(batch.unsettled, "writer_error", None)
+                batch.unsettled = 0
+            self._finish_batch(batch)
 
     def _finish_batch(self, batch: _Batch) -> None:
-        if self._batch is batch:
-            self._batch = None
-            self._batches_done += 1
-        self._batch_done.notify_all()
+        with self._ledger:
+            if self._batch is batch:
+                self._batch = None
+        for reply in batch.answer:
+            reply.put(True)
+        batch.answer = []
+
+    def _wait_for_requests(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for a request; take every one queued."""
+        try:
+            request = self._requests.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return
+        for _ in range(1 << 20):
+            if request is None:
+                self._woken = True
+            else:
+                self._waiting.append(request)
+            try:
+                request = self._requests.get_nowait()
+            except queue.Empty:
+                return
 
     def _run_once(self) -> bool:
         """Wait for work and send one batch; False when the thread is done."""
-        with self._lock:
-            self._recover_batch()
-            next_flush = time.monotonic() + self.flush_interval
-            for _ in range(1 << 62):
-                if self._stopped and not len(self._encoder):
-                    return False
-                if len(self._encoder) and (
-                    self._stopped
-                    or self._flush_requested
-                    or self._wake_at > self.max_buffer_size  # write() found it half a payload
-                    or time.monotonic() >= next_flush
-                ):
-                    break
-                wait = next_flush - time.monotonic()
-                if wait <= 0:
-                    next_flush = time.monotonic() + self.flush_interval
-                    wait = self.flush_interval
-                self._work_ready.wait(wait)
-            batch, groups = self._take_batch()
+        self._recover_batch()
+        next_flush = time.monotonic() + self.flush_interval
+        for _ in range(1 << 62):
+            self._log_drops(force=False)
+            if self._stopped:
+                for intake in list(self._intakes.values()):
+                    intake._close_intake()  # (a stop() interrupted half-way left some open)
+            buffered = self._buffered()
+            if self._stopped and not buffered:
+                return False
+            if buffered and (self._stopped or self._waiting or self._woken or time.monotonic() >= next_flush):
+                break
+            if self._waiting:  # a flush() with nothing left to send
+                self._answer_waiting_now()
+            wait = next_flush - time.monotonic()
+            if wait <= 0:
+                next_flush = time.monotonic() + self.flush_interval
+                wait = self.flush_interval
+            self._wait_for_requests(wait)
+        batch, groups = self._take_batch()
         self._process_batch(batch, groups)
         return True
 
+    def _answer_waiting_now(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for reply in waiting:
+            reply.put(True)
+
     def _take_batch(self) -> Tuple[_Batch, List[_Group]]:
-        """Swap the buffer out into payload groups (the lock is held)."""
-        encoder = self._encoder
-        encoded = encoder.encode()
-        kept, self._kept = self._kept, []
-        count = sum(n for _, n in encoded)
-        objects: Optional[List[Trace]] = kept if len(kept) == count else None
-        if objects is None:
-            log.warning("spanpack.AgentWriter: %d buffered traces without their objects; they cannot be "
-                        "re-encoded", count)
-        groups = []
-        offset = 0
-        for payload, n in encoded:
-            traces = None if objects is None else objects[offset : offset + n]
-            groups.append(_Group(traces, n, payload, encoder))
-            offset += n
-        self._wake_at = self._wake_threshold()
-        self._flush_requested = False
-        batch = self._batch = _Batch(count)
-        self._batches_taken += 1
+        """Take every intake's buffer as payload groups."""
+        with self._ledger:
+            groups = []
+            for intake in list(self._intakes.values()):
+                if len(intake):
+                    entries: List[Any] = intake.encode()  # an intake's: (payload, count, traces)
+                    groups += [_Group(traces, n, payload, intake) for payload, n, traces in entries]
+            batch = self._batch = _Batch(sum(group.count for group in groups))
+            batch.answer, self._waiting = self._waiting, []
+            self._woken = False
         return batch, groups
 
     def _take_buffer(self) -> List[_Group]:
@@ -851,10 +920,9 @@ class AgentWriter:
         try:
             self._send_batch(batch, groups)
         finally:
-            with self._lock:
-                if batch.unsettled == 0:
-                    self._finish_batch(batch)
-                # else: a failure; _recover_batch settles it
+            if batch.unsettled == 0:
+                self._finish_batch(batch)
+            # else: a failure; _recover_batch settles it
 
     def _send_batch(self, batch: _Batch, groups: List[_Group]) -> None:
         if not self._negotiated and not self._past_stop_deadline():
@@ -869,9 +937,6 @@ class AgentWriter:
                 continue
             encoder = self._encoder
             if group.encoder is not encoder:  # not made yet, or in a version refused since
-                if group.traces is None:
-                    self._settle(batch, group, "agent_refused", _Note("the traces' objects were not kept"))
-                    continue
                 try:
                     group.payload, group.encoder = encoder.encode_traces(group.traces), encoder
                 except Exception as error:  # a trace mutated after write()
@@ -882,7 +947,7 @@ class AgentWriter:
                     continue
             payload = group.payload
             if payload is None or len(payload) > self.max_payload_size:
-                if group.count > 1 and group.traces is not None:
+                if group.count > 1:
                     pending.extend(_halves(group))
                 else:
                     self._settle(batch, group, "trace_too_large")
@@ -908,34 +973,11 @@ class AgentWriter:
         return True
 
     def _set_version(self, version: str) -> None:
-        """Encode in ``version`` from now on, what is buffered included (flush thread)."""
-        with self._lock:
-            if version == self._version:
-                return
-            encoder = self._new_encoder(version)
-            # The old version's bytes are of no use now; its traces are re-put
-            # (they stay counted as buffered throughout: the lock is held).
-            old = self._encoder
-            count = len(old)
-            old.encode()
-            kept, self._kept = self._kept, []
-            self._encoder, self._version = encoder, version
-            self._wake_at = self._wake_threshold()
-            lost = count if len(kept) != count else 0
-            if lost:
-                self._count_dropped(lost, "agent_refused", _Note("the traces' objects were not kept"))
-                kept = []
-            for trace in kept:
-                try:
-                    encoder.put(trace)
-                except BufferFull:
-                    self._count_dropped(1, "buffer_full", None)
-                except BufferItemTooLarge:
-                    self._count_dropped(1, "trace_too_large", None)
-                except Exception as error:
-                    self._count_dropped(1, "bad_input", error)
-                else:
-                    self._kept.append(trace)
+        """Encode in ``version`` from now on (flush thread).  What the old
+        intake holds stays there and goes with the next batch, re-encoded."""
+        if version != self._version:
+            self._encoder = self._intake(version)
+            self._version = version
 
     def _negotiate(self) -> None:
         """Ask the agent's /info which trace endpoints it has."""
@@ -973,30 +1015,38 @@ class AgentWriter:
         error: Optional[BaseException] = None
         for attempt in range(self.max_attempts):
             if attempt:
-                with self._lock:
-                    self._retries += 1
+                self._retries += 1
                 if not self._sleep_before_retry(attempt):
                     self._settle(batch, group, "stopped", error)
                     return None
-            batch.sending = group.count
+            if group.at_agent:
+                self._resent += group.count
+            else:
+                batch.sending = group.count
             try:
                 reply = self._request("PUT", path, payload, headers)
             except RequestFailed as failure:
-                if failure.body_sent:
-                    # The agent may have it: not sent again, not dropped.
+                if failure.body_sent and (failure.timed_out or self.delivery == "at-most-once"):
+                    # The agent may have it (a slow agent surely does): not
+                    # sent again, not dropped.
                     self._settle(batch, group, _UNCONFIRMED, failure)
                     return None
+                if failure.body_sent and not group.at_agent:
+                    # Closed, reset or answered with garbage after the whole
+                    # body: retried, and never counted dropped from now on.
+                    with self._ledger:
+                        group.at_agent = True
+                        batch.at_agent += group.count
                 batch.sending = 0
                 error = failure
                 continue
             batch.sending = 0
             status = reply.status
             if 200 <= status < 300:
-                with self._lock:
-                    self._payloads_sent += 1
-                    self._bytes_sent += len(payload)
-                    if self._known_version is None and version == self._version:
-                        self._known_version = version
+                self._payloads_sent += 1
+                self._bytes_sent += len(payload)
+                if self._known_version is None and version == self._version:
+                    self._known_version = version
                 self._settle(batch, group, _SENT)
                 self._report(reply)
                 return None
@@ -1006,7 +1056,7 @@ class AgentWriter:
                         self._known_version = self._version
                     return _REENCODE
             if status == 413:
-                if group.count > 1 and group.traces is not None:
+                if group.count > 1:
                     return _SPLIT
                 self._settle(batch, group, "trace_too_large", _HTTPStatus(reply))
                 return None
@@ -1022,16 +1072,15 @@ class AgentWriter:
         """Back off (doubling, each wait drawn from its upper half); False if stop()'s deadline comes first."""
         delay = self.retry_backoff * (2 ** (attempt - 1))
         end = time.monotonic() + random.uniform(delay / 2, delay)
-        with self._lock:
-            for _ in range(1 << 30):
-                now = time.monotonic()
-                deadline = self._stop_deadline if self._stopped else None
-                if deadline is not None and end >= deadline:
-                    return False
-                if now >= end:
-                    return True
-                # On the condition, so that stop() wakes it to check its deadline.
-                self._work_ready.wait(end - now)
+        for _ in range(1 << 30):
+            now = time.monotonic()
+            deadline = self._stop_deadline if self._stopped else None
+            if deadline is not None and end >= deadline:
+                return False
+            if now >= end:
+                return True
+            # On the request queue, so that stop() wakes it to check its deadline.
+            self._wait_for_requests(end - now)
         return True
 
     def _request(self, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str]) -> Any:
@@ -1043,8 +1092,7 @@ class AgentWriter:
             connection = self._connection = AgentConnection(self._address)
         reply = connection.request(method, path, body, headers, deadline)
         if reply.too_large:
-            with self._lock:
-                self._replies_too_large += 1
+            self._replies_too_large += 1
         return reply
 
     def _close_connection(self) -> None:
@@ -1064,8 +1112,7 @@ class AgentWriter:
         try:
             self.on_response(answer)
         except BaseException:  # the thread goes on whatever the callback does
-            with self._lock:
-                self._on_response_errors += 1
+            self._on_response_errors += 1
             log.exception("spanpack.AgentWriter: on_response raised")
 
 
@@ -1149,13 +1196,10 @@ def _versions_from_info(reply: Any) -> Optional[List[str]]:
 
 def _halves(group: _Group) -> Tuple[_Group, _Group]:
     """Two groups, the second half first: they are pushed on a stack."""
-    traces = group.traces or []
+    traces = group.traces
     half = len(traces) // 2
-    return _Group(traces[half:], len(traces) - half), _Group(traces[:half], half)
-
-
-class _Note(Exception):
-    """A reason for the drop log."""
+    flag = group.at_agent
+    return _Group(traces[half:], len(traces) - half, at_agent=flag), _Group(traces[:half], half, at_agent=flag)
 
 
 class _HTTPStatus(Exception):

@@ -9,6 +9,8 @@ trace agent: ``GET /info`` lists the endpoints it was given, and a trace
 ``("status", code)``     that status, with a short text body
 ``"reset_before_body"``  reset the connection once the headers are read
 ``"reset_after_body"``   read the whole body, then reset without answering
+``"close_after_body"``   read the whole body, then close (an orderly FIN)
+                         without answering: a proxy whose upstream failed
 ``"slow"``               read the body and answer nothing until ``release()``
                          (or 10 s), then close
 ``"garbage"``            read the body, answer bytes that are not HTTP, close
@@ -32,6 +34,11 @@ with tests/v10_decoder.py) into
 it answered with 2xx also go to ``accepted``.  A writer's
 delivered traces are exactly the accepted ones.
 
+With ``upstream`` (an agent's base URL) the server is a proxy in front of
+that agent: a trace request whose action is ``"ok"`` is forwarded there and
+the agent's reply relayed (recorded as accepted when it is a 2xx); the other
+actions are the proxy's own faults, the upstream never sees those requests.
+
 ``refusing_url()`` gives an address where connections are refused: a bound
 TCP socket that never listens.
 """
@@ -39,6 +46,7 @@ TCP socket that never listens.
 from __future__ import annotations
 
 import collections
+import http.client
 import json
 import socket
 import struct
@@ -91,8 +99,10 @@ def decode_traces(path: str, body: bytes) -> List[Tuple[int, int]]:
 
 
 class FaultServer:
-    def __init__(self, endpoints: Sequence[str] = ("/v0.4/traces", "/v0.5/traces")) -> None:
+    def __init__(self, endpoints: Sequence[str] = ("/v0.4/traces", "/v0.5/traces"),
+                 upstream: Optional[str] = None) -> None:
         self.endpoints = list(endpoints)
+        self.upstream = upstream
         self.info_status = 200
         self.script: Deque[Action] = collections.deque()
         #: Called with (path, Payload or None) when the script is empty; None means "ok".
@@ -305,6 +315,8 @@ class FaultServer:
         if action == "reset_after_body":
             _reset(conn)
             return False
+        if action == "close_after_body":
+            return False  # (_serve closes the connection)
         if action == "slow":
             self._release.wait(IO_TIMEOUT)
             return False
@@ -345,6 +357,8 @@ class FaultServer:
         if payload is None and status == 200:
             status = 404  # not a trace endpoint this server knows
         body_out = json.dumps(RATES).encode() if status == 200 else b"fault server says %d" % status
+        if self.upstream is not None and status == 200:
+            status, body_out = _forward(self.upstream, method, path, headers, body)
         if 200 <= status < 300:
             # Recorded before the answer, so it is there when the writer learns of it.
             with self._changed:
@@ -352,6 +366,19 @@ class FaultServer:
                 self._changed.notify_all()
         _reply(conn, status, body_out)
         return True
+
+
+def _forward(upstream: str, method: str, path: str, headers: Dict[str, str], body: bytes) -> Tuple[int, bytes]:
+    """One request to the upstream agent; its status and body."""
+    host, _, port = upstream.split("://", 1)[1].rstrip("/").partition(":")
+    sent = {name: value for name, value in headers.items() if name not in ("host", "content-length", "connection")}
+    connection = http.client.HTTPConnection(host, int(port or 80), timeout=IO_TIMEOUT)
+    try:
+        connection.request(method, path, body=body, headers=sent)
+        reply = connection.getresponse()
+        return reply.status, reply.read()
+    finally:
+        connection.close()
 
 
 def _port_socket(port: int) -> socket.socket:

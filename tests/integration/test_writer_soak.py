@@ -14,10 +14,12 @@ timing, at the end:
 - nothing counted sent on a confirmation that the server did not accept,
   and nothing the server may have kept (read whole, not refused) counted
   dropped;
-- a trace accepted more than once only within ``traces_sent_unconfirmed``.
+- the agent holds a trace more than once only within ``traces_resent``
+  (at-least-once; never at-most-once, which resends nothing that went out
+  whole).
 
-``SPANPACK_SOAK_SECONDS`` sets how long the producers run (default 12 s per
-version).  ``python -m tests.integration.test_writer_soak`` prints the figures.
+Each version runs in both delivery modes.  ``SPANPACK_SOAK_SECONDS`` sets how
+long the producers run (default 8 s per version and mode).  ``python -m tests.integration.test_writer_soak`` prints the figures.
 """
 
 import itertools
@@ -32,13 +34,14 @@ from spanpack.writer import AgentWriter, supported_versions
 from tests.integration import chained_trace
 from tests.integration.fault_server import FaultServer
 
-SOAK_SECONDS = float(os.environ.get("SPANPACK_SOAK_SECONDS", "12"))
+SOAK_SECONDS = float(os.environ.get("SPANPACK_SOAK_SECONDS", "8"))
 PRODUCERS = 8
 FAULTS = [
     "ok",
     ("status", 500),
     "reset_after_body",
     ("status", 429),
+    "close_after_body",
     "ok",
     ("status", 413),
     "garbage",
@@ -71,7 +74,7 @@ class _InterruptingSpan:
         raise KeyboardInterrupt
 
 
-def run_soak(version, seconds=SOAK_SECONDS):
+def run_soak(version, delivery, seconds=SOAK_SECONDS):
     """Run one soak; return the writer's stats and what the server saw."""
     with FaultServer(["/v0.4/traces", "/v0.5/traces", "/v1.0/traces"]) as server:
         # A script (taken before the body is read, so resets can come first),
@@ -93,6 +96,7 @@ def run_soak(version, seconds=SOAK_SECONDS):
             max_payload_size=16 << 10,
             max_buffer_size=8 * (256 << 10),
             on_response=on_response,
+            delivery=delivery,
         )
         calls = [0] * PRODUCERS
         stop_at = time.monotonic() + seconds
@@ -123,7 +127,8 @@ def run_soak(version, seconds=SOAK_SECONDS):
         server.release()
         stats = writer.stats
         accepted = server.accepted_ids()
-        kept = {tid for p in server.kept for tid in p.trace_ids}
+        kept_all = [tid for p in server.kept for tid in p.trace_ids]
+        kept = set(kept_all)
         return {
             "stopped": stopped,
             "calls": sum(calls),
@@ -131,6 +136,7 @@ def run_soak(version, seconds=SOAK_SECONDS):
             "accepted": len(accepted),
             "accepted_distinct": len(set(accepted)),
             "kept_distinct": len(kept),
+            "kept_duplicates": len(kept_all) - len(kept),
             "received": len(server.received_ids()),
             "payload_requests": len(server.requests),
             "errors": list(server.errors),
@@ -141,9 +147,10 @@ def run_soak(version, seconds=SOAK_SECONDS):
 VERSIONS = [v for v in ("v0.4", "v0.5", "v1.0") if v in supported_versions()]
 
 
+@pytest.mark.parametrize("delivery", ["at-least-once", "at-most-once"])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_soak_against_every_fault(version):
-    result = run_soak(version)
+def test_soak_against_every_fault(version, delivery):
+    result = run_soak(version, delivery)
     stats = result["stats"]
     assert result["stopped"], result
     # The ledger: every write() counted once, nothing left in between.
@@ -157,8 +164,13 @@ def test_soak_against_every_fault(version):
     assert confirmed <= result["accepted_distinct"] <= stats["traces_sent"], result
     # Nothing the server may have kept was counted dropped.
     assert result["kept_distinct"] <= stats["traces_sent"], result
-    # Duplicates only within the unconfirmed count (the writer never resends after the body went out).
-    assert result["accepted"] - result["accepted_distinct"] <= stats["traces_sent_unconfirmed"], result
+    # Duplicates at the agent (anything it read whole and did not refuse)
+    # only among the resent traces; at-most-once resends nothing.
+    assert result["kept_duplicates"] <= stats["traces_resent"], result
+    if delivery == "at-most-once":
+        assert stats["traces_resent"] == 0, result
+    else:
+        assert stats["traces_resent"] > 0, result
     assert result["accepted_ids_valid"] and not result["errors"], result
     # Every kind of fault was met, and the writer survived them all.
     assert result["payload_requests"] >= len(FAULTS), result
@@ -171,5 +183,6 @@ if __name__ == "__main__":
     import json
 
     for version in VERSIONS:
-        figures = run_soak(version)
-        print(version, json.dumps(figures, indent=1, sort_keys=True))
+        for delivery in ("at-least-once", "at-most-once"):
+            figures = run_soak(version, delivery)
+            print(version, delivery, json.dumps(figures, indent=1, sort_keys=True))
