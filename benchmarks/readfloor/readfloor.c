@@ -23,6 +23,22 @@ touch(PyObject *value)
     return (size_t)(uintptr_t)value;
 }
 
+/* Touch a field's value: every entry of a dict, else the value itself. */
+static size_t
+touch_field(PyObject *value)
+{
+    size_t sum = 0;
+    if (PyDict_Check(value)) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(value, &pos, &key, &item)) {
+            sum += touch(key) + touch(item);
+        }
+        return sum;
+    }
+    return touch(value);
+}
+
 static int
 read_field(PyObject *span, PyObject *name, size_t *sum)
 {
@@ -47,16 +63,7 @@ read_field(PyObject *span, PyObject *name, size_t *sum)
     if (value == NULL) {
         return 0;
     }
-    if (PyDict_Check(value)) {
-        Py_ssize_t pos = 0;
-        PyObject *key, *item;
-        while (PyDict_Next(value, &pos, &key, &item)) {
-            *sum += touch(key) + touch(item);
-        }
-    }
-    else {
-        *sum += touch(value);
-    }
+    *sum += touch_field(value);
     Py_DECREF(value);
     return 0;
 }
@@ -181,16 +188,7 @@ read_ddtrace_span(const DdtraceClass *resolved, PyObject *span, size_t *sum)
         if (value == NULL) {
             return -1;
         }
-        if (PyDict_Check(value)) {
-            Py_ssize_t pos = 0;
-            PyObject *key, *item;
-            while (PyDict_Next(value, &pos, &key, &item)) {
-                *sum += touch(key) + touch(item);
-            }
-        }
-        else {
-            *sum += (size_t)PyObject_Length(value);
-        }
+        *sum += touch_field(value);
         Py_DECREF(value);
     }
     return 0;
