@@ -1794,7 +1794,8 @@ spanfields_check_strict(SpanFieldReader *reader, PyObject *span)
     if (names != NULL && has_instance_dict(type)) {
         instance_dict = PyObject_GenericGetDict(span, NULL);
         PyObject *keys = instance_dict != NULL ? PyDict_Keys(instance_dict) : NULL;
-        if (keys == NULL || _PyList_Extend((PyListObject *)names, keys) == NULL) {
+        Py_ssize_t end = PyList_GET_SIZE(names);
+        if (keys == NULL || PyList_SetSlice(names, end, end, keys) < 0) {
             Py_CLEAR(names);
         }
         Py_XDECREF(keys);
