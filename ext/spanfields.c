@@ -342,6 +342,7 @@ spanfields_clear(SpanFieldReader *reader)
         Py_CLEAR(reader->checked_dict_key[i]);
     }
     Py_CLEAR(reader->warned_dict_keys);
+    Py_CLEAR(reader->checked_dict_key_set);
     for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
         layout_clear(&reader->layouts[i]);
     }
@@ -365,6 +366,7 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
     Py_VISIT(reader->field_warning);
     Py_VISIT(reader->warned_types);
     Py_VISIT(reader->warned_dict_keys);
+    Py_VISIT(reader->checked_dict_key_set);
     return 0;
 }
 
@@ -1600,6 +1602,50 @@ refuse_unwritten(PyObject *names, const char *what, PyObject *const *read_attrib
     return result;
 }
 
+#define CHECKED_DICT_KEYS_MAX 4096
+
+/* Does the dict `span` have a str key not looked at already (see
+ * checked_dict_key_set)?  Runs no Python code: the set holds exact str
+ * only, and only exact str keys are looked up in it. */
+static int
+dict_keys_to_look_at(const SpanFieldReader *reader, PyObject *span)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(span, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) ||
+            (PyUnicode_CHECK_INTERNED(key) && dict_key_checked(reader, key))) {
+            continue; /* not a str: no field, nothing to say of it */
+        }
+        if (!PyUnicode_CheckExact(key) || reader->checked_dict_key_set == NULL) {
+            return 1;
+        }
+        int checked = PySet_Contains(reader->checked_dict_key_set, key);
+        if (checked <= 0) {
+            PyErr_Clear(); /* (cannot fail for a str; looked at again if it did) */
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Note the dict key `key` as one with nothing (more) to say of, when it is
+ * an exact str and the set has room.  0, or -1 with an error. */
+static int
+note_dict_key_checked(SpanFieldReader *reader, PyObject *key)
+{
+    if (!PyUnicode_CheckExact(key)) {
+        return 0;
+    }
+    if (reader->checked_dict_key_set == NULL &&
+        (reader->checked_dict_key_set = PySet_New(NULL)) == NULL) {
+        return -1;
+    }
+    return PySet_GET_SIZE(reader->checked_dict_key_set) < CHECKED_DICT_KEYS_MAX
+               ? PySet_Add(reader->checked_dict_key_set, key)
+               : 0;
+}
+
 /* Warn, once per key and encoder, of each key of the dict `span` that holds
  * what spanpack does not write: a field's common other name while the span
  * lacks the field (a required field's absence is an error of its own), or
@@ -1610,6 +1656,9 @@ refuse_unwritten(PyObject *names, const char *what, PyObject *const *read_attrib
 static SP_NOINLINE int
 check_dict_span_keys(SpanFieldReader *reader, PyObject *span, SpanValues *values)
 {
+    if (!reader->strict && !dict_keys_to_look_at(reader, span)) {
+        return 0;
+    }
     /* A snapshot: a warning runs Python code, which may change the dict. */
     PyObject *keys = PyDict_Keys(span);
     if (keys == NULL) {
@@ -1621,8 +1670,12 @@ check_dict_span_keys(SpanFieldReader *reader, PyObject *span, SpanValues *values
     int result = 0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys) && result == 0; k++) {
         PyObject *key = PyList_GET_ITEM(keys, k);
-        if (!PyUnicode_Check(key) || field_index(key) >= 0 ||
+        if (!PyUnicode_Check(key) ||
             (PyUnicode_CHECK_INTERNED(key) && dict_key_checked(reader, key))) {
+            continue;
+        }
+        if (field_index(key) >= 0) {
+            result = note_dict_key_checked(reader, key);
             continue;
         }
         int alias = -1;
@@ -1673,6 +1726,7 @@ check_dict_span_keys(SpanFieldReader *reader, PyObject *span, SpanValues *values
         if (PyUnicode_CHECK_INTERNED(key)) {
             Py_XSETREF(reader->checked_dict_key[checked_key_slot(key)], Py_NewRef(key));
         }
+        result = note_dict_key_checked(reader, key);
     }
     Py_DECREF(keys);
     return result;

@@ -248,6 +248,11 @@ typedef struct {
      * when needed). */
     PyObject *checked_dict_key[SPAN_KEY_TABLE_SIZE];
     PyObject *warned_dict_keys;
+    /* The same for keys of any exact str, interned or not (a set of str,
+     * made when needed, of at most CHECKED_DICT_KEYS_MAX): the dict spans
+     * whose keys are all here are not looked at again (keys decoded from
+     * JSON are not interned).  Fields are noted here too. */
+    PyObject *checked_dict_key_set;
     /* Fields a span must have (bit i: field i); the others may be absent. */
     uint32_t required;
     /* The same per-span ones but trace_id (checked with its type, see
