@@ -68,13 +68,13 @@ read_field(PyObject *span, PyObject *name, size_t *sum)
     return 0;
 }
 
-/* read_traces(traces, names) -> int: a checksum, so nothing is optimised out. */
+/* Call read(span, context, &sum) for every span of `traces` (a list of
+ * lists); the checksum, or NULL with an error. */
 static PyObject *
-read_traces(PyObject *module, PyObject *args)
+for_each_span(PyObject *traces, int (*read)(PyObject *, void *, size_t *), void *context)
 {
-    PyObject *traces, *names;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &traces, &PyTuple_Type, &names)) {
+    if (!PyList_Check(traces)) {
+        PyErr_SetString(PyExc_TypeError, "traces must be a list");
         return NULL;
     }
     size_t sum = 0;
@@ -85,15 +85,35 @@ read_traces(PyObject *module, PyObject *args)
             return NULL;
         }
         for (Py_ssize_t s = 0; s < PyList_GET_SIZE(trace); s++) {
-            PyObject *span = PyList_GET_ITEM(trace, s);
-            for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(names); f++) {
-                if (read_field(span, PyTuple_GET_ITEM(names, f), &sum) < 0) {
-                    return NULL;
-                }
+            if (read(PyList_GET_ITEM(trace, s), context, &sum) < 0) {
+                return NULL;
             }
         }
     }
     return PyLong_FromSize_t(sum);
+}
+
+static int
+read_named_fields(PyObject *span, void *names, size_t *sum)
+{
+    for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE((PyObject *)names); f++) {
+        if (read_field(span, PyTuple_GET_ITEM((PyObject *)names, f), sum) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* read_traces(traces, names) -> int: a checksum, so nothing is optimised out. */
+static PyObject *
+read_traces(PyObject *module, PyObject *args)
+{
+    PyObject *traces, *names;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &traces, &PyTuple_Type, &names)) {
+        return NULL;
+    }
+    return for_each_span(traces, read_named_fields, names);
 }
 
 /* ddtrace's native spans (4.9 and later): what its own encoder reads, by the
@@ -194,34 +214,23 @@ read_ddtrace_span(const DdtraceClass *resolved, PyObject *span, size_t *sum)
     return 0;
 }
 
+static int
+read_ddtrace_span_resolving(PyObject *span, void *resolved, size_t *sum)
+{
+    DdtraceClass *known = resolved;
+    if (Py_TYPE(span) != known->type && resolve_ddtrace_class(Py_TYPE(span), known) < 0) {
+        return -1;
+    }
+    return read_ddtrace_span(known, span, sum);
+}
+
 /* read_ddtrace_native(traces) -> int: a checksum, so nothing is optimised out. */
 static PyObject *
 read_ddtrace_native(PyObject *module, PyObject *traces)
 {
     (void)module;
-    if (!PyList_Check(traces)) {
-        PyErr_SetString(PyExc_TypeError, "traces must be a list");
-        return NULL;
-    }
     DdtraceClass resolved = {NULL, {NULL}, {{NULL}}};
-    size_t sum = 0;
-    for (Py_ssize_t t = 0; t < PyList_GET_SIZE(traces); t++) {
-        PyObject *trace = PyList_GET_ITEM(traces, t);
-        if (!PyList_Check(trace)) {
-            PyErr_SetString(PyExc_TypeError, "a trace must be a list");
-            return NULL;
-        }
-        for (Py_ssize_t s = 0; s < PyList_GET_SIZE(trace); s++) {
-            PyObject *span = PyList_GET_ITEM(trace, s);
-            if (Py_TYPE(span) != resolved.type && resolve_ddtrace_class(Py_TYPE(span), &resolved) < 0) {
-                return NULL;
-            }
-            if (read_ddtrace_span(&resolved, span, &sum) < 0) {
-                return NULL;
-            }
-        }
-    }
-    return PyLong_FromSize_t(sum);
+    return for_each_span(traces, read_ddtrace_span_resolving, &resolved);
 }
 
 static PyMethodDef methods[] = {
