@@ -1,5 +1,6 @@
 /* /v0.4/traces: each span a map with the reference tracer's keys, in its
  * order, written straight from the span object. */
+#include "links_events.h"
 #include "spanwrite.h"
 
 /* The keys a v0.4 span map uses, in the reference tracer's order: X(name,
@@ -47,7 +48,6 @@ static const unsigned char v04_key_size[] = {V04_SPAN_KEYS(V04_KEY_SIZE)};
 #undef V04_KEY_SIZE
 
 #define KEY_SIZE(key) ((Py_ssize_t)v04_key_size[key])
-#define KEY_BYTES_AND_SIZE(key) v04_key_bytes[key], KEY_SIZE(key)
 /* PUT_KEY where room is already reserved, WRITE_KEY otherwise. */
 #define PUT_KEY(w, key)                                                                            \
     (memcpy((w)->out->pos, v04_key_bytes[key], (size_t)KEY_SIZE(key)),                             \
@@ -359,27 +359,6 @@ v04_write_meta_struct(SpanWriter *w, PyObject *meta_struct)
     return map_end(w, header_pos, written);
 }
 
-/* Links and native events: converted in Python, then packed as plain data. */
-static int
-v04_write_converted(SpanWriter *w, const char *key, Py_ssize_t key_size,
-                    PyObject *(*convert)(SpanWriter *, PyObject *), PyObject *items,
-                    const char *field)
-{
-    PyObject *converted = convert(w, items);
-    if (converted == NULL) {
-        return -1;
-    }
-    int result = outbuf_write(w->out, key, key_size);
-    if (result == 0) {
-        result = pack_object(&w->value_options, w->out, converted, PACK_NEST_LIMIT);
-        if (result < 0) {
-            span_reraise(w, field, NULL);
-        }
-    }
-    Py_DECREF(converted);
-    return result;
-}
-
 /* The largest fixed-size run of a span: map header, trace_id, parent_id and
  * span_id with their keys. */
 #define V04_IDS_MAX_SIZE                                                                           \
@@ -506,12 +485,12 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         (WRITE_KEY(w, KEY_TYPE) < 0 || v04_write_text(w, span_type, "span_type", NULL, 0) < 0)) {
         goto done;
     }
-    if (has_links && v04_write_converted(w, KEY_BYTES_AND_SIZE(KEY_SPAN_LINKS), links_for_v04,
-                                         v.value[SF_LINKS], "links") < 0) {
+    if (has_links &&
+        (WRITE_KEY(w, KEY_SPAN_LINKS) < 0 || v04_write_links(w, v.value[SF_LINKS]) < 0)) {
         goto done;
     }
-    if (native_events && v04_write_converted(w, KEY_BYTES_AND_SIZE(KEY_SPAN_EVENTS), events_for_v04,
-                                             v.value[SF_EVENTS], "events") < 0) {
+    if (native_events &&
+        (WRITE_KEY(w, KEY_SPAN_EVENTS) < 0 || v04_write_events(w, v.value[SF_EVENTS]) < 0)) {
         goto done;
     }
     if (has_meta && v04_write_meta(w, meta, info, add_trace_id_high, events_text) < 0) {

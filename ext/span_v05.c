@@ -4,6 +4,7 @@
  * string references are left as holes that joining the trace into a payload
  * fills with that payload's indexes.  A one-shot encode writes straight
  * against the payload's table instead. */
+#include "links_events.h"
 #include "spanwrite.h"
 
 #define V05_SPAN_ELEMENTS 12

@@ -1,5 +1,5 @@
 /* Shared span-writing rules: locations in errors, text, ids, trace-level
- * values, and the hand-off of links and events to spanpack._extras. */
+ * values. */
 #include "spanwrite.h"
 
 #include <math.h>
@@ -674,43 +674,6 @@ trace_id_high_hex(uint64_t high)
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)high);
     return PyUnicode_FromStringAndSize(hex, 16);
-}
-
-/* ---------------------------------------------------------------------------
- * Links and events */
-
-static PyObject *
-call_converter(SpanWriter *w, PyObject *converter, PyObject *items, const char *field)
-{
-    PyObject *result = PyObject_CallOneArg(converter, items);
-    if (result == NULL) {
-        span_reraise(w, field, NULL);
-    }
-    return result;
-}
-
-PyObject *
-links_for_v04(SpanWriter *w, PyObject *links)
-{
-    return call_converter(w, w->state->links_for_v04, links, "links");
-}
-
-PyObject *
-links_json(SpanWriter *w, PyObject *links)
-{
-    return call_converter(w, w->state->links_json, links, "links");
-}
-
-PyObject *
-events_json(SpanWriter *w, PyObject *events)
-{
-    return call_converter(w, w->state->events_json, events, "events");
-}
-
-PyObject *
-events_for_v04(SpanWriter *w, PyObject *events)
-{
-    return call_converter(w, w->state->events_for_v04, events, "events");
 }
 
 Py_ssize_t

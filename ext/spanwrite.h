@@ -194,12 +194,6 @@ int meta_lacks_trace_id_high(SpanWriter *w, PyObject *meta, int *lacks);
 /* 16 lowercase hex digits of the high half of a 128-bit trace id. */
 PyObject *trace_id_high_hex(uint64_t high);
 
-/* Links and events, converted by spanpack._extras (they are rare, so their
- * shape is handled in Python).  New references. */
-PyObject *links_for_v04(SpanWriter *w, PyObject *links);
-PyObject *links_json(SpanWriter *w, PyObject *links);
-PyObject *events_json(SpanWriter *w, PyObject *events);
-PyObject *events_for_v04(SpanWriter *w, PyObject *events);
 
 /* Length of a container field (list/dict), 0 for None or absent, -1 on
  * error (raised). */

@@ -62,7 +62,15 @@
     X(str_origin_key, ORIGIN_KEY)                                                                  \
     X(str_trace_id_high_key, TRACE_ID_HIGH_KEY)                                                    \
     X(str_span_links_key, SPAN_LINKS_KEY)                                                          \
-    X(str_events_key, SPAN_EVENTS_KEY)
+    X(str_events_key, SPAN_EVENTS_KEY)                                                             \
+    /* The fields of span links and events (links_events.c). */                                    \
+    X(str_to_dict, "to_dict")                                                                      \
+    X(str_name, "name")                                                                            \
+    X(str_time_unix_nano, "time_unix_nano")                                                        \
+    X(str_attributes, "attributes")                                                                \
+    X(str_trace_id, "trace_id")                                                                    \
+    X(str_span_id, "span_id")                                                                      \
+    X(str_dropped_attributes_count, "dropped_attributes_count")
 
 typedef struct {
 #define SP_STATE_TYPE_MEMBER(member) PyTypeObject *member;

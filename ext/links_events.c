@@ -1,0 +1,675 @@
+/* Span links and span events, written in C for the shapes tracers make:
+ * links that give a dict of plain values through to_dict() (ddtrace's
+ * SpanLink), events whose name, time and attributes are plain values.
+ *
+ * The rules are spanpack._extras's (docs/wire-format.md), and these paths
+ * keep to them exactly: anything they would have to judge differently (a
+ * user's link object without to_dict, a dict or str subclass, text that
+ * truncation would cut, a value out of range or of a type the rules refuse)
+ * is declined, the bytes written so far are discarded, and the whole list is
+ * handed to spanpack._extras, which writes it or raises its error.  The
+ * common case so costs no Python call beyond the accessors ddtrace itself
+ * calls; the rare one costs what it always did. */
+#include "links_events.h"
+
+#include <string.h>
+
+#include "jsontext.h"
+#include "packer.h"
+#include "spanwrite.h"
+
+/* The outcome of a C path: written, declined (nothing raised), or an error. */
+enum { WRITE_ERROR = -1, WRITE_DECLINED = 0, WRITE_DONE = 1 };
+
+/* A key of the v0.4 forms (a literal, shorter than 32 bytes: a fixstr). */
+#define MP_KEY(text) text, (Py_ssize_t)(sizeof(text) - 1)
+static int
+put_key(OutBuf *out, const char *text, Py_ssize_t text_size)
+{
+    if (outbuf_reserve(out, 1 + text_size) < 0) {
+        return -1;
+    }
+    mp_put_byte(out, (unsigned char)(MP_FIXSTR | text_size));
+    memcpy(out->pos, text, (size_t)text_size);
+    out->pos += text_size;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Plain values */
+
+/* The UTF-8 of an exact str that truncation leaves whole.  1, 0 (declined:
+ * another type, a str to cut, a lone surrogate), or -1. */
+static int
+plain_utf8(PyObject *value, const char **utf8, Py_ssize_t *size)
+{
+    if (!PyUnicode_CheckExact(value) || PyUnicode_GET_LENGTH(value) > MAX_TEXT_LEN) {
+        return WRITE_DECLINED;
+    }
+    *utf8 = PyUnicode_AsUTF8AndSize(value, size);
+    if (*utf8 != NULL) {
+        return WRITE_DONE;
+    }
+    if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+        PyErr_Clear(); /* spanpack._extras names it */
+        return WRITE_DECLINED;
+    }
+    return WRITE_ERROR;
+}
+
+static int
+put_plain_text(OutBuf *out, PyObject *value)
+{
+    const char *utf8;
+    Py_ssize_t size;
+    int found = plain_utf8(value, &utf8, &size);
+    if (found != WRITE_DONE) {
+        return found;
+    }
+    return mp_write_str(out, utf8, size, 1) < 0 ? WRITE_ERROR : WRITE_DONE;
+}
+
+/* An exact int in [-2**63, 2**64) as the Packer writes it. */
+static int
+put_plain_int(OutBuf *out, PyObject *value)
+{
+    if (!PyLong_CheckExact(value)) {
+        return WRITE_DECLINED;
+    }
+    int overflow = 0;
+    long long signed_value = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (signed_value == -1 && PyErr_Occurred()) {
+        return WRITE_ERROR;
+    }
+    if (overflow == 0) {
+        return (signed_value < 0 ? mp_write_int(out, signed_value)
+                                 : mp_write_uint(out, (uint64_t)signed_value)) < 0
+                   ? WRITE_ERROR
+                   : WRITE_DONE;
+    }
+    if (overflow < 0) {
+        return WRITE_DECLINED;
+    }
+    unsigned long long unsigned_value = PyLong_AsUnsignedLongLong(value);
+    if (unsigned_value == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            return WRITE_DECLINED;
+        }
+        return WRITE_ERROR;
+    }
+    return mp_write_uint(out, unsigned_value) < 0 ? WRITE_ERROR : WRITE_DONE;
+}
+
+/* An exact int in [0, 2**63). */
+static int
+plain_uint63(PyObject *value, uint64_t *out)
+{
+    if (!PyLong_CheckExact(value)) {
+        return WRITE_DECLINED;
+    }
+    int overflow = 0;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (number == -1 && PyErr_Occurred()) {
+        return WRITE_ERROR;
+    }
+    if (overflow != 0 || number < 0) {
+        return WRITE_DECLINED;
+    }
+    *out = (uint64_t)number;
+    return WRITE_DONE;
+}
+
+/* Hex digits as int(text, 16) reads them, for text of 1 to 16 digits and
+ * nothing else (to_dict()'s ids). */
+static int
+parse_hex64(const char *text, Py_ssize_t size, uint64_t *out)
+{
+    if (size < 1 || size > 16) {
+        return WRITE_DECLINED;
+    }
+    uint64_t value = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        char c = text[i];
+        unsigned digit;
+        if (c >= '0' && c <= '9') {
+            digit = (unsigned)(c - '0');
+        }
+        else if (c >= 'a' && c <= 'f') {
+            digit = (unsigned)(c - 'a' + 10);
+        }
+        else if (c >= 'A' && c <= 'F') {
+            digit = (unsigned)(c - 'A' + 10);
+        }
+        else {
+            return WRITE_DECLINED;
+        }
+        value = (value << 4) | digit;
+    }
+    *out = value;
+    return WRITE_DONE;
+}
+
+/* An exact str of hex digits: `size` of them when `size` > 0, else 1 to 16. */
+static int
+hex_id(PyObject *value, Py_ssize_t size, uint64_t *high, uint64_t *low)
+{
+    const char *text;
+    Py_ssize_t text_size;
+    int found = value == NULL ? WRITE_DECLINED : plain_utf8(value, &text, &text_size);
+    if (found != WRITE_DONE) {
+        return found;
+    }
+    if (size == 32) {
+        if (text_size != 32 || parse_hex64(text, 16, high) != WRITE_DONE) {
+            return WRITE_DECLINED;
+        }
+        return parse_hex64(text + 16, 16, low);
+    }
+    *high = 0;
+    return parse_hex64(text, text_size, low);
+}
+
+static int
+is_key(const char *text, Py_ssize_t size, const char *name)
+{
+    return (size_t)size == strlen(name) && memcmp(text, name, (size_t)size) == 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Links */
+
+/* A link's fields as a dict of its own: to_dict()'s result (ddtrace's
+ * SpanLink), or declined for a dict or an object without to_dict (whose
+ * fields spanpack._extras reads one by one).  *fields is a new reference. */
+static int
+link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
+{
+    *fields = NULL;
+    if (PyDict_Check(link)) {
+        return WRITE_DECLINED;
+    }
+    PyObject *to_dict = PyObject_GetAttr(link, w->state->str_to_dict);
+    if (to_dict == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return span_reraise(w, "links", NULL);
+        }
+        PyErr_Clear();
+        return WRITE_DECLINED;
+    }
+    if (to_dict == Py_None) {
+        Py_DECREF(to_dict);
+        return WRITE_DECLINED;
+    }
+    PyObject *result = PyObject_CallNoArgs(to_dict);
+    Py_DECREF(to_dict);
+    if (result == NULL) {
+        return span_reraise(w, "links", NULL);
+    }
+    if (!PyDict_CheckExact(result)) {
+        Py_DECREF(result);
+        return WRITE_DECLINED;
+    }
+    *fields = result;
+    return WRITE_DONE;
+}
+
+/* A link attribute map: exact str keys and values. */
+static int
+put_string_map(OutBuf *out, PyObject *dict)
+{
+    if (mp_write_map_header(out, PyDict_GET_SIZE(dict)) < 0) {
+        return WRITE_ERROR;
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &position, &key, &value)) {
+        int written = put_plain_text(out, key);
+        if (written == WRITE_DONE) {
+            written = put_plain_text(out, value);
+        }
+        if (written != WRITE_DONE) {
+            return written;
+        }
+    }
+    return WRITE_DONE;
+}
+
+/* One v0.4 link from its fields: the ids as ints (the high half of a 128-bit
+ * trace id as trace_id_high, last), flags with bit 31 set to say that they
+ * are present, dropped_attributes_count left out (libdatadog's v0.4 decoder
+ * refuses it), every other value as it is. */
+static int
+v04_put_link(SpanWriter *w, PyObject *fields)
+{
+    uint64_t trace_high, trace_low, span_high, span_id;
+    int found = hex_id(PyDict_GetItemWithError(fields, w->state->str_trace_id), 32, &trace_high,
+                       &trace_low);
+    if (found == WRITE_DONE) {
+        found =
+            hex_id(PyDict_GetItemWithError(fields, w->state->str_span_id), 0, &span_high, &span_id);
+    }
+    if (found != WRITE_DONE) {
+        return PyErr_Occurred() ? WRITE_ERROR : found;
+    }
+    PyObject *dropped = PyDict_GetItemWithError(fields, w->state->str_dropped_attributes_count);
+    if (dropped == NULL && PyErr_Occurred()) {
+        return WRITE_ERROR;
+    }
+    Py_ssize_t count = PyDict_GET_SIZE(fields) - (dropped != NULL) + (trace_high > 0);
+    if (mp_write_map_header(w->out, count) < 0) {
+        return WRITE_ERROR;
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(fields, &position, &key, &value)) {
+        const char *name;
+        Py_ssize_t name_size;
+        int written = plain_utf8(key, &name, &name_size);
+        if (written != WRITE_DONE) {
+            return written;
+        }
+        if (is_key(name, name_size, "dropped_attributes_count")) {
+            continue;
+        }
+        if (is_key(name, name_size, "trace_id_high")) {
+            return WRITE_DECLINED; /* replaced in place by spanpack._extras */
+        }
+        if (mp_write_str(w->out, name, name_size, 1) < 0) {
+            return WRITE_ERROR;
+        }
+        if (is_key(name, name_size, "trace_id") || is_key(name, name_size, "span_id")) {
+            written = mp_write_uint(w->out, name_size == 8 ? trace_low : span_id) < 0 ? WRITE_ERROR
+                                                                                      : WRITE_DONE;
+        }
+        else if (is_key(name, name_size, "flags")) {
+            uint64_t flags;
+            written = plain_uint63(value, &flags);
+            if (written == WRITE_DONE && mp_write_uint(w->out, flags | (UINT64_C(1) << 31)) < 0) {
+                written = WRITE_ERROR;
+            }
+        }
+        else if (PyUnicode_CheckExact(value)) {
+            written = put_plain_text(w->out, value);
+        }
+        else if (PyLong_CheckExact(value)) {
+            written = put_plain_int(w->out, value);
+        }
+        else if (PyFloat_CheckExact(value)) {
+            written =
+                mp_write_double(w->out, PyFloat_AS_DOUBLE(value)) < 0 ? WRITE_ERROR : WRITE_DONE;
+        }
+        else if (PyDict_CheckExact(value)) {
+            written = put_string_map(w->out, value);
+        }
+        else {
+            written = WRITE_DECLINED;
+        }
+        if (written != WRITE_DONE) {
+            return written;
+        }
+    }
+    if (trace_high > 0 &&
+        (put_key(w->out, MP_KEY("trace_id_high")) < 0 || mp_write_uint(w->out, trace_high) < 0)) {
+        return WRITE_ERROR;
+    }
+    return WRITE_DONE;
+}
+
+/* ---------------------------------------------------------------------------
+ * Events */
+
+/* One of an event's fields as spanpack._extras reads it: a dict's entry, an
+ * object's attribute, None when there is none.  A new reference. */
+static int
+event_field(SpanWriter *w, PyObject *event, PyObject *name, PyObject **value)
+{
+    if (PyDict_Check(event)) {
+        if (!PyDict_CheckExact(event)) {
+            return WRITE_DECLINED; /* its get() may be its own */
+        }
+        PyObject *entry = PyDict_GetItemWithError(event, name);
+        if (entry == NULL && PyErr_Occurred()) {
+            return span_reraise(w, "events", NULL);
+        }
+        *value = Py_NewRef(entry != NULL ? entry : Py_None);
+        return WRITE_DONE;
+    }
+    *value = PyObject_GetAttr(event, name);
+    if (*value != NULL) {
+        return WRITE_DONE;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return span_reraise(w, "events", NULL);
+    }
+    PyErr_Clear();
+    *value = Py_NewRef(Py_None);
+    return WRITE_DONE;
+}
+
+typedef struct {
+    PyObject *name;
+    PyObject *time;
+    PyObject *attributes; /* NULL when empty or falsy: not written */
+} EventFields;
+
+static void
+event_fields_clear(EventFields *fields)
+{
+    Py_CLEAR(fields->name);
+    Py_CLEAR(fields->time);
+    Py_CLEAR(fields->attributes);
+}
+
+static int
+event_fields_read(SpanWriter *w, PyObject *event, EventFields *fields)
+{
+    fields->name = fields->time = fields->attributes = NULL;
+    int found = event_field(w, event, w->state->str_name, &fields->name);
+    if (found == WRITE_DONE) {
+        found = event_field(w, event, w->state->str_time_unix_nano, &fields->time);
+    }
+    if (found == WRITE_DONE) {
+        found = event_field(w, event, w->state->str_attributes, &fields->attributes);
+    }
+    if (found == WRITE_DONE) {
+        int truthy = PyObject_IsTrue(fields->attributes);
+        if (truthy < 0) {
+            found = span_reraise(w, "events", NULL);
+        }
+        else if (!truthy) {
+            Py_CLEAR(fields->attributes);
+        }
+    }
+    if (found != WRITE_DONE) {
+        event_fields_clear(fields);
+    }
+    return found;
+}
+
+/* A native (typed) event attribute value: {"type": T, "<kind>_value": V};
+ * a list (not inside another) as {"type": 4, "array_value": {"values": [...]}}. */
+static int
+put_typed_value(OutBuf *out, PyObject *value, int nested)
+{
+    int written;
+    if (outbuf_reserve(out, 1) < 0) {
+        return WRITE_ERROR;
+    }
+    mp_put_byte(out, MP_FIXMAP | 2);
+    if (put_key(out, MP_KEY("type")) < 0) {
+        return WRITE_ERROR;
+    }
+    if (PyUnicode_CheckExact(value)) {
+        if (mp_write_uint(out, 0) < 0 || put_key(out, MP_KEY("string_value")) < 0) {
+            return WRITE_ERROR;
+        }
+        return put_plain_text(out, value);
+    }
+    if (PyBool_Check(value)) {
+        if (mp_write_uint(out, 1) < 0 || put_key(out, MP_KEY("bool_value")) < 0 ||
+            mp_write_byte(out, value == Py_True ? MP_TRUE : MP_FALSE) < 0) {
+            return WRITE_ERROR;
+        }
+        return WRITE_DONE;
+    }
+    if (PyLong_CheckExact(value)) {
+        if (mp_write_uint(out, 2) < 0 || put_key(out, MP_KEY("int_value")) < 0) {
+            return WRITE_ERROR;
+        }
+        return put_plain_int(out, value);
+    }
+    if (PyFloat_CheckExact(value)) {
+        if (mp_write_uint(out, 3) < 0 || put_key(out, MP_KEY("double_value")) < 0 ||
+            mp_write_double(out, PyFloat_AS_DOUBLE(value)) < 0) {
+            return WRITE_ERROR;
+        }
+        return WRITE_DONE;
+    }
+    if (!PyList_CheckExact(value) || nested) {
+        return WRITE_DECLINED;
+    }
+    if (mp_write_uint(out, 4) < 0 || put_key(out, MP_KEY("array_value")) < 0 ||
+        mp_write_byte(out, MP_FIXMAP | 1) < 0 || put_key(out, MP_KEY("values")) < 0 ||
+        mp_write_array_header(out, PyList_GET_SIZE(value)) < 0) {
+        return WRITE_ERROR;
+    }
+    /* Nothing below runs Python code: the list keeps its items. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++) {
+        written = put_typed_value(out, PyList_GET_ITEM(value, i), 1);
+        if (written != WRITE_DONE) {
+            return written;
+        }
+    }
+    return WRITE_DONE;
+}
+
+/* One native v0.4 event: name, time_unix_nano, typed attributes. */
+static int
+v04_put_event(SpanWriter *w, OutBuf *out, const EventFields *fields, Py_ssize_t index)
+{
+    (void)w;
+    (void)index;
+    uint64_t time;
+    const char *name;
+    Py_ssize_t name_size;
+    int written = plain_utf8(fields->name, &name, &name_size);
+    if (written == WRITE_DONE) {
+        written = plain_uint63(fields->time, &time);
+    }
+    if (written != WRITE_DONE) {
+        return written; /* spanpack._extras takes times beyond 2**63 too */
+    }
+    if (mp_write_byte(out, MP_FIXMAP | (fields->attributes != NULL ? 3 : 2)) < 0 ||
+        put_key(out, MP_KEY("name")) < 0 || mp_write_str(out, name, name_size, 1) < 0 ||
+        put_key(out, MP_KEY("time_unix_nano")) < 0 || mp_write_uint(out, time) < 0) {
+        return WRITE_ERROR;
+    }
+    if (fields->attributes == NULL) {
+        return WRITE_DONE;
+    }
+    PyObject *attributes = fields->attributes;
+    if (!PyDict_CheckExact(attributes)) {
+        return WRITE_DECLINED;
+    }
+    if (put_key(out, MP_KEY("attributes")) < 0 ||
+        mp_write_map_header(out, PyDict_GET_SIZE(attributes)) < 0) {
+        return WRITE_ERROR;
+    }
+    /* Nothing below runs Python code: the dict keeps its entries. */
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(attributes, &position, &key, &value)) {
+        written = put_plain_text(out, key);
+        if (written == WRITE_DONE) {
+            written = put_typed_value(out, value, 0);
+        }
+        if (written != WRITE_DONE) {
+            return written;
+        }
+    }
+    return WRITE_DONE;
+}
+
+static int
+json_put(OutBuf *out, const char *text, Py_ssize_t size)
+{
+    return outbuf_write(out, text, size) < 0 ? WRITE_ERROR : WRITE_DONE;
+}
+
+/* One event as json.dumps writes spanpack._extras's dict of it:
+ * {"name": ..., "time_unix_nano": ..., "attributes": ...}. */
+static int
+json_put_event(SpanWriter *w, OutBuf *out, const EventFields *fields, Py_ssize_t index)
+{
+    (void)w;
+    int written = index > 0 ? json_put(out, ", ", 2) : WRITE_DONE;
+    if (written == WRITE_DONE) {
+        written = json_put(out, "{\"name\": ", 9);
+    }
+    if (written == WRITE_DONE) {
+        written = json_text_write(out, fields->name, 2);
+    }
+    if (written == WRITE_DONE) {
+        written = json_put(out, ", \"time_unix_nano\": ", 20);
+    }
+    if (written == WRITE_DONE) {
+        written = json_text_write(out, fields->time, 2);
+    }
+    if (written == WRITE_DONE && fields->attributes != NULL) {
+        written = json_put(out, ", \"attributes\": ", 16);
+        if (written == WRITE_DONE) {
+            written = json_text_write(out, fields->attributes, 2);
+        }
+    }
+    return written == WRITE_DONE ? json_put(out, "}", 1) : written;
+}
+
+/* One link as json.dumps writes its to_dict(). */
+static int
+json_put_link(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index)
+{
+    (void)w;
+    int written = index > 0 ? json_put(out, ", ", 2) : WRITE_DONE;
+    return written == WRITE_DONE ? json_text_write(out, fields, 1) : written;
+}
+
+/* ---------------------------------------------------------------------------
+ * The lists */
+
+typedef int (*LinkPutFn)(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index);
+typedef int (*EventPutFn)(SpanWriter *w, OutBuf *out, const EventFields *fields, Py_ssize_t index);
+
+/* Each item of an exact list or tuple, read by `read` and written by
+ * `put` (one of the two is set).  Reading runs Python code (to_dict(),
+ * getters) that could change the list: its length is checked before each
+ * item and at the end, and a change declines. */
+static int
+put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventPutFn put_event)
+{
+    if (!PyList_CheckExact(items) && !PyTuple_CheckExact(items)) {
+        return WRITE_DECLINED;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PySequence_Fast_GET_SIZE(items) != count) {
+            return WRITE_DECLINED;
+        }
+        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(items, i));
+        int written;
+        if (put_link != NULL) {
+            PyObject *fields;
+            written = link_fields(w, item, &fields);
+            if (written == WRITE_DONE) {
+                written = put_link(w, out, fields, i);
+                Py_DECREF(fields);
+            }
+        }
+        else {
+            EventFields fields;
+            written = event_fields_read(w, item, &fields);
+            if (written == WRITE_DONE) {
+                written = put_event(w, out, &fields, i);
+                event_fields_clear(&fields);
+            }
+        }
+        Py_DECREF(item);
+        if (written != WRITE_DONE) {
+            return written;
+        }
+    }
+    return PySequence_Fast_GET_SIZE(items) == count ? WRITE_DONE : WRITE_DECLINED;
+}
+
+static int
+v04_put_link_item(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index)
+{
+    (void)out;
+    (void)index;
+    return v04_put_link(w, fields);
+}
+
+/* What spanpack._extras makes of the list, packed as plain data. */
+static int
+v04_write_converted(SpanWriter *w, PyObject *converter, PyObject *items, const char *field)
+{
+    PyObject *converted = PyObject_CallOneArg(converter, items);
+    if (converted == NULL) {
+        return span_reraise(w, field, NULL);
+    }
+    int result = pack_object(&w->value_options, w->out, converted, PACK_NEST_LIMIT);
+    Py_DECREF(converted);
+    return result < 0 ? span_reraise(w, field, NULL) : 0;
+}
+
+/* The v0.4 list in C, or, declined, by spanpack._extras. */
+static int
+v04_write_list(SpanWriter *w, PyObject *items, LinkPutFn put_link, EventPutFn put_event,
+               PyObject *converter, const char *field)
+{
+    Py_ssize_t start = outbuf_len(w->out);
+    Py_ssize_t count = field_length(w, items, field);
+    if (count < 0 || mp_write_array_header(w->out, count) < 0) {
+        return -1;
+    }
+    int written = put_each(w, w->out, items, put_link, put_event);
+    if (written != WRITE_DECLINED) {
+        return written == WRITE_DONE ? 0 : -1;
+    }
+    outbuf_truncate(w->out, start);
+    return v04_write_converted(w, converter, items, field);
+}
+
+int
+v04_write_links(SpanWriter *w, PyObject *links)
+{
+    return v04_write_list(w, links, v04_put_link_item, NULL, w->state->links_for_v04, "links");
+}
+
+int
+v04_write_events(SpanWriter *w, PyObject *events)
+{
+    return v04_write_list(w, events, NULL, v04_put_event, w->state->events_for_v04, "events");
+}
+
+/* The JSON text of the list in C, or, declined, by spanpack._extras. */
+static PyObject *
+json_list(SpanWriter *w, PyObject *items, LinkPutFn put_link, EventPutFn put_event,
+          PyObject *converter, const char *field)
+{
+    OutBuf text;
+    PyObject *result = NULL;
+    if (outbuf_init_raw(&text, 256) < 0) {
+        return NULL;
+    }
+    int written = json_put(&text, "[", 1);
+    if (written == WRITE_DONE) {
+        written = put_each(w, &text, items, put_link, put_event);
+    }
+    if (written == WRITE_DONE) {
+        written = json_put(&text, "]", 1);
+    }
+    if (written == WRITE_DONE) {
+        result = json_text_str(&text, 0);
+    }
+    else if (written == WRITE_DECLINED) {
+        result = PyObject_CallOneArg(converter, items);
+        if (result == NULL) {
+            span_reraise(w, field, NULL);
+        }
+    }
+    outbuf_free(&text);
+    return result;
+}
+
+PyObject *
+links_json(SpanWriter *w, PyObject *links)
+{
+    return json_list(w, links, json_put_link, NULL, w->state->links_json, "links");
+}
+
+PyObject *
+events_json(SpanWriter *w, PyObject *events)
+{
+    return json_list(w, events, NULL, json_put_event, w->state->events_json, "events");
+}

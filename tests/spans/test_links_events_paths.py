@@ -1,0 +1,295 @@
+"""Links and events written in C agree with spanpack._extras, their reference.
+
+The encoder writes the links and events that tracers make (a link object
+whose to_dict() gives plain values, events with plain names, times and
+attributes) in C, and hands anything else to spanpack._extras.  Whatever the
+input, the payload must hold exactly what _extras makes of it, or the
+encoder must raise the error _extras raises:
+
+- v0.4 "span_links" and native "span_events": the msgpack of
+  _extras.links_for_v04 / events_for_v04, key order and value types included
+  (compared as bytes after packing both);
+- meta "_dd.span_links" (v0.5) and meta "events" (v0.5, and v0.4 without
+  native events): the very text of _extras.links_json / events_json
+  (json.dumps).
+
+The inputs mix the shapes the C paths take with every kind they must decline:
+subclasses, keys json would convert, text long enough to be cut, ints beyond
+64 bits, nested lists, floats that are not finite, non-ASCII and control
+characters, ids that are not 32 hex digits.
+"""
+
+import math
+import types
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import spanpack
+from spanpack import _extras
+from spanpack._spanpack import MAX_TEXT_LEN
+
+from ..support import resolved_traces
+
+SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class TextSubclass(str):
+    pass
+
+
+class IntSubclass(int):
+    pass
+
+
+class DictSubclass(dict):
+    pass
+
+
+class LinkObject:
+    """A link that gives its fields through to_dict(), as ddtrace's SpanLink."""
+
+    def __init__(self, fields):
+        self._fields = fields
+
+    def to_dict(self):
+        return dict(self._fields)
+
+    def __repr__(self):
+        return "LinkObject(%r)" % (self._fields,)
+
+
+texts = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["", "a\"b\\c", "\n\t\r\b\f\x00\x1f\x7f", "é", "\u2028", "\U0001f600x", "\ud800"]),
+    st.builds(lambda n: "x" * n, st.sampled_from([MAX_TEXT_LEN, MAX_TEXT_LEN + 1])),
+    st.builds(TextSubclass, st.text(max_size=4)),
+)
+ints = st.one_of(
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([0, 1, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63) - 1, 10**30]),
+    st.builds(IntSubclass, st.integers(0, 100)),
+)
+floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.1, -0.0, 1e300, 5e-324]))
+scalars = st.one_of(texts, ints, floats, st.booleans(), st.none())
+values = st.one_of(scalars, st.lists(scalars, max_size=3), st.lists(st.lists(scalars, max_size=2), max_size=2),
+                   st.tuples(scalars), st.builds(DictSubclass, st.dictionaries(texts, scalars, max_size=2)))
+keys = st.one_of(texts, st.sampled_from([1, 2.5, True, None]))
+attribute_maps = st.one_of(
+    st.dictionaries(st.text(max_size=8), st.one_of(st.text(max_size=8), ints, floats, st.booleans(),
+                                                   st.lists(st.one_of(st.text(max_size=4), ints, st.booleans(),
+                                                                      floats), max_size=3)), max_size=4),
+    st.dictionaries(keys, values, max_size=3),
+    st.builds(DictSubclass, st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2)),
+    st.sampled_from([None, {}, [], 0, "attrs"]),
+)
+
+good_trace_ids = st.integers(0, 2**128 - 1).map("{:032x}".format)
+good_span_ids = st.integers(0, 2**64 - 1).map("{:016x}".format)
+awkward_ids = st.one_of(
+    st.integers(0, 2**64 - 1).map("{:x}".format),
+    st.sampled_from(["", "0x1f", "ABCDEF0123456789abcdef0123456789", "g" * 32, "1" * 33, "1_2", " 12"]),
+    st.integers(0, 2**64 - 1),
+)
+plain_text = st.text(max_size=8)
+plain_values = st.one_of(plain_text, st.integers(-(2**63), 2**64 - 1), st.floats(), st.booleans())
+plain_event_attributes = st.dictionaries(
+    plain_text, st.one_of(plain_values, st.lists(plain_values, max_size=3)), max_size=4)
+
+
+@st.composite
+def link_fields(draw):
+    """to_dict()'s fields: as ddtrace makes them, or (one time in four) awkward."""
+    plain = draw(st.integers(0, 3)) > 0
+    fields = {"trace_id": draw(good_trace_ids if plain else st.one_of(good_trace_ids, awkward_ids)),
+              "span_id": draw(good_span_ids if plain else st.one_of(good_span_ids, awkward_ids))}
+    if draw(st.booleans()):
+        fields["attributes"] = draw(st.dictionaries(plain_text, plain_text, max_size=3) if plain
+                                    else st.dictionaries(keys, values, max_size=2))
+    if draw(st.booleans()):
+        fields["tracestate"] = draw(plain_text if plain else texts)
+    if draw(st.booleans()):
+        fields["flags"] = draw(st.integers(0, 2**32 - 1) if plain
+                               else st.sampled_from([-1, 2**63, True, 1.5, 2**31]))
+    if draw(st.integers(0, 4)) == 0:
+        fields["dropped_attributes_count"] = draw(st.integers(0, 5))
+    if not plain and draw(st.booleans()):
+        fields[draw(st.sampled_from(["trace_id_high", "other", "x" * (MAX_TEXT_LEN + 1)]))] = draw(values)
+    if draw(st.integers(0, 5)) == 0:  # keys in another order
+        fields = dict(reversed(list(fields.items())))
+    return fields
+
+
+links = st.lists(
+    st.one_of(
+        link_fields().map(LinkObject),
+        link_fields().map(LinkObject),
+        link_fields(),  # a dict: read field by field by _extras
+        st.builds(types.SimpleNamespace, trace_id=st.integers(1, 2**128 - 1), span_id=st.integers(1, 2**64 - 1)),
+    ),
+    min_size=1, max_size=3,
+)
+
+
+@st.composite
+def event_values(draw):
+    """An event as a dict or an object: plain, or (one time in four) awkward."""
+    plain = draw(st.integers(0, 3)) > 0
+    name = draw(plain_text if plain else st.one_of(texts, st.sampled_from([None, 3])))
+    time = draw(st.integers(0, 2**63 - 1) if plain
+                else st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([-1, 2**64, True, None, 1.5])))
+    attributes = draw(plain_event_attributes if plain else attribute_maps)
+    form = draw(st.sampled_from(["dict", "object", "object", "dict subclass", "missing attributes"]))
+    if form == "dict":
+        return {"name": name, "time_unix_nano": time, "attributes": attributes}
+    if form == "dict subclass":
+        return DictSubclass(name=name, time_unix_nano=time, attributes=attributes)
+    if form == "missing attributes":
+        return types.SimpleNamespace(name=name, time_unix_nano=time)
+    return types.SimpleNamespace(name=name, time_unix_nano=time, attributes=attributes)
+
+
+events = st.lists(event_values(), min_size=1, max_size=3)
+
+
+def span_with(**fields):
+    span = {"trace_id": 1, "span_id": 2, "parent_id": 0, "name": "n", "service": "s", "resource": "r",
+            "start_ns": 1, "duration_ns": 1, "error": 0, "meta": {}, "metrics": {}}
+    span.update(fields)
+    return span
+
+
+def encoded(version, span, **options):
+    """The one span as the encoder writes it, or the exception it raises."""
+    try:
+        payload = spanpack.TraceMsgPackEncoder(version, **options).encode_traces([[span]])
+    except Exception as error:  # noqa: BLE001 - compared with the reference's below
+        return error
+    return resolved_traces(version, payload)[0][0]
+
+
+def reference(convert, items, pack=False):
+    """What _extras makes of the items (packed, for v0.4, as the encoder packs
+    it: with spanpack's Packer, held byte-equal to msgpack-python's by its own
+    tests), or the error it raises."""
+    try:
+        converted = convert(items)
+        return spanpack.packb(converted) if pack else converted
+    except Exception as error:  # noqa: BLE001
+        return error
+
+
+def assert_same_error(got, expected):
+    assert isinstance(got, Exception), "written, but spanpack._extras raises %r" % (expected,)
+    # The encoder locates the error (and OverflowError/UnicodeError become
+    # ValueError); the message of the reference's error is kept.
+    assert str(expected) in str(got)
+
+
+def packed(value):
+    return spanpack.packb(value)
+
+
+@SETTINGS
+@given(links)
+def test_v04_links(items):
+    expected = reference(_extras.links_for_v04, items, pack=True)
+    got = encoded("v0.4", span_with(links=items))
+    if isinstance(expected, Exception):
+        assert_same_error(got, expected)
+        return
+    assert not isinstance(got, Exception), got
+    assert packed(got["span_links"]) == expected
+
+
+@SETTINGS
+@given(links, st.sampled_from(["v0.5"]))
+def test_links_json(items, version):
+    expected = reference(_extras.links_json, items)
+    got = encoded(version, span_with(links=items))
+    if isinstance(expected, Exception):
+        assert_same_error(got, expected)
+        return
+    assert not isinstance(got, Exception), got
+    assert got[9]["_dd.span_links"] == _extras._truncate(expected)  # a meta value like any
+
+
+@SETTINGS
+@given(events)
+def test_v04_native_events(items):
+    expected = reference(_extras.events_for_v04, items, pack=True)
+    got = encoded("v0.4", span_with(events=items), native_span_events=True)
+    if isinstance(expected, Exception):
+        assert_same_error(got, expected)
+        return
+    assert not isinstance(got, Exception), got
+    assert packed(got["span_events"]) == expected
+
+
+@SETTINGS
+@given(events, st.sampled_from(["v0.4", "v0.5"]))
+def test_events_json(items, version):
+    expected = reference(_extras.events_json, items)
+    got = encoded(version, span_with(events=items))
+    if isinstance(expected, Exception):
+        assert_same_error(got, expected)
+        return
+    assert not isinstance(got, Exception), got
+    meta = got["meta"] if version == "v0.4" else got[9]
+    assert meta["events"] == _extras._truncate(expected)
+
+
+def test_json_text_is_json_dumps_for_awkward_values():
+    """Values whose JSON text is easy to get wrong, one by one."""
+    awkward = ["\"\\/\b\f\n\r\t", "\x00\x01\x1f\x7f\x80", "\u00e9\u2028\uffff", "\U0001f600", "\udfff",
+               0.1, 1e16, 1e-7, -0.0, 1.5e300, float("nan"), float("inf"), -math.inf, 2**64, -(2**70),
+               IntSubclass(7), TextSubclass("sub"), True, False, None, [], {}, [[[]]], (1, "t")]
+    for value in awkward:
+        items = [{"name": "e", "time_unix_nano": 1, "attributes": {"k": value}}]
+        assert encoded("v0.5", span_with(events=items))[9]["events"] == _extras.events_json(items), value
+
+
+def test_deep_nesting_is_left_to_json():
+    deep = []
+    for _ in range(40):
+        deep = [deep]
+    items = [{"name": "e", "time_unix_nano": 1, "attributes": {"k": deep}}]
+    assert encoded("v0.5", span_with(events=items))[9]["events"] == _extras.events_json(items)
+    cycle = []
+    cycle.append(cycle)
+    items = [{"name": "e", "time_unix_nano": 1, "attributes": {"k": cycle}}]
+    error = encoded("v0.5", span_with(events=items))
+    assert isinstance(error, ValueError) and "Circular reference" in str(error)
+
+
+def test_to_dict_that_empties_the_list_is_written_as_the_reference_writes_it():
+    """to_dict() is Python code: one that changes the very list being
+    written leaves the payload as _extras makes of the list afterwards."""
+    items = []
+
+    class Emptying(LinkObject):
+        def to_dict(self):
+            items.clear()
+            return super().to_dict()
+
+    fields = {"trace_id": "%032x" % 5, "span_id": "%016x" % 6}
+    for version in ("v0.4", "v0.5"):
+        items[:] = [Emptying(fields), LinkObject(fields)]
+        got = encoded(version, span_with(links=items))
+        assert not isinstance(got, Exception), got
+        if version == "v0.4":
+            assert got["span_links"] == _extras.links_for_v04(items) == []
+        else:
+            assert got[9]["_dd.span_links"] == _extras.links_json(items) == "[]"
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_to_dict_error_names_the_span_field(version):
+    class Broken(LinkObject):
+        def to_dict(self):
+            raise RuntimeError("no dict today")
+
+    error = encoded(version, span_with(links=[Broken({})]))
+    assert isinstance(error, RuntimeError)
+    assert "trace 0, span 0, field links" in error.__notes__[0]
