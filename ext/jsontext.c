@@ -138,9 +138,19 @@ write_json_int(OutBuf *out, PyObject *value)
         return -1;
     }
     if (overflow == 0) {
+        /* Decimal digits, last first (snprintf costs several times more). */
         char digits[24];
-        int size = snprintf(digits, sizeof digits, "%lld", small);
-        return outbuf_write(out, digits, size);
+        char *end = digits + sizeof digits, *p = end;
+        unsigned long long magnitude =
+            small < 0 ? 0ULL - (unsigned long long)small : (unsigned long long)small;
+        do {
+            *--p = (char)('0' + magnitude % 10);
+            magnitude /= 10;
+        } while (magnitude != 0);
+        if (small < 0) {
+            *--p = '-';
+        }
+        return outbuf_write(out, p, end - p);
     }
     /* json calls int's own repr, never a subclass's. */
     return write_repr_text(out, PyLong_Type.tp_repr(value));

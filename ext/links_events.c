@@ -170,11 +170,9 @@ hex_id(PyObject *value, Py_ssize_t size, uint64_t *high, uint64_t *low)
     return parse_hex64(text, text_size, low);
 }
 
-static int
-is_key(const char *text, Py_ssize_t size, const char *name)
-{
-    return (size_t)size == strlen(name) && memcmp(text, name, (size_t)size) == 0;
-}
+/* Is the text (`name`, `size`) the literal `key`? */
+#define IS_KEY(name, size, key)                                                                    \
+    ((size) == (Py_ssize_t)sizeof(key) - 1 && memcmp((name), (key), sizeof(key) - 1) == 0)
 
 /* ---------------------------------------------------------------------------
  * Links */
@@ -269,20 +267,20 @@ v04_put_link(SpanWriter *w, PyObject *fields)
         if (written != WRITE_DONE) {
             return written;
         }
-        if (is_key(name, name_size, "dropped_attributes_count")) {
+        if (IS_KEY(name, name_size, "dropped_attributes_count")) {
             continue;
         }
-        if (is_key(name, name_size, "trace_id_high")) {
+        if (IS_KEY(name, name_size, "trace_id_high")) {
             return WRITE_DECLINED; /* replaced in place by spanpack._extras */
         }
         if (mp_write_str(w->out, name, name_size, 1) < 0) {
             return WRITE_ERROR;
         }
-        if (is_key(name, name_size, "trace_id") || is_key(name, name_size, "span_id")) {
+        if (IS_KEY(name, name_size, "trace_id") || IS_KEY(name, name_size, "span_id")) {
             written = mp_write_uint(w->out, name_size == 8 ? trace_low : span_id) < 0 ? WRITE_ERROR
                                                                                       : WRITE_DONE;
         }
-        else if (is_key(name, name_size, "flags")) {
+        else if (IS_KEY(name, name_size, "flags")) {
             uint64_t flags;
             written = plain_uint63(value, &flags);
             if (written == WRITE_DONE && mp_write_uint(w->out, flags | (UINT64_C(1) << 31)) < 0) {
