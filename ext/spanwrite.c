@@ -491,6 +491,71 @@ span_times_to_ns(SpanWriter *w, SpanValues *v)
 }
 
 int
+span_split_mixed_tags(SpanWriter *w, SpanValues *v)
+{
+    PyObject *mixed = v->value[SF_META];
+    PyObject *meta = NULL, *metrics = NULL, *key = NULL, *value = NULL;
+    if (!PyDict_Check(mixed) || PyDict_GET_SIZE(mixed) == 0) {
+        return 0; /* (not a dict: the meta writer says so; empty: both maps are) */
+    }
+    spanvalues_own(v); /* the two dicts replace the values; making them may run Python code */
+    meta = PyDict_New();
+    metrics = PyDict_New();
+    if (meta == NULL || metrics == NULL) {
+        goto error;
+    }
+    Py_ssize_t expected = PyDict_GET_SIZE(mixed), pos = 0;
+    PyObject *entry_key, *entry_value;
+    while (PyDict_Next(mixed, &pos, &entry_key, &entry_value)) {
+        /* Held: a key's __hash__ (a str subclass) may change `mixed`. */
+        key = Py_NewRef(entry_key);
+        value = Py_NewRef(entry_value);
+        PyObject *target = NULL, *stored = value;
+        if (PyUnicode_Check(value)) {
+            target = meta;
+        }
+        else if (PyBool_Check(value)) {
+            /* Text, as the agent's OTLP mapping writes a bool attribute. */
+            target = meta;
+            stored = w->reader->bool_text[value == Py_True];
+        }
+        else if (PyLong_Check(value) || PyFloat_Check(value)) {
+            target = metrics;
+        }
+        else if (w->lenient) {
+            w->dropped_tags++;
+        }
+        else {
+            PyErr_Format(PyExc_TypeError,
+                         "key %R of the mixed tags mapping (given as both meta and metrics): "
+                         "expected str, bool, int or float, not %.200s",
+                         key, Py_TYPE(value)->tp_name);
+            goto error;
+        }
+        if (target != NULL && PyDict_SetItem(target, key, stored) < 0) {
+            goto error;
+        }
+        Py_CLEAR(key);
+        Py_CLEAR(value);
+        if (PyDict_GET_SIZE(mixed) != expected) {
+            PyErr_SetString(PyExc_RuntimeError, "dict changed during encoding");
+            goto error;
+        }
+    }
+    Py_SETREF(v->value[SF_META], meta);
+    Py_SETREF(v->value[SF_METRICS], metrics);
+    return 0;
+error:
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(meta);
+    Py_XDECREF(metrics);
+    v->failed = SF_META;
+    spanvalues_release(v);
+    return -1;
+}
+
+int
 span_object_options(SpanWriter *w, PyObject *span, SpanValues *v)
 {
     if (w->reader->scales_times && span_times_to_ns(w, v) < 0) {

@@ -367,6 +367,16 @@ int span_times_to_ns(SpanWriter *w, SpanValues *v);
  * v->failed naming the field (-1: none). */
 int span_object_options(SpanWriter *w, PyObject *span, SpanValues *v);
 
+/* A span whose meta and metrics are one and the same dict (a dict span's
+ * "meta" and "metrics" keys holding one mapping, or fields= naming one
+ * attribute for both): that mixed tags mapping split by value type, as two
+ * new dicts in `v` (owned then), in its order: str to meta, bool to meta as
+ * "true"/"false", int and float (subclasses too) to metrics; any other value
+ * a TypeError naming the key, or in lenient mode dropped and counted.  The
+ * writers then see two plain maps.  0, or -1 with an exception naming the
+ * key (v->failed names meta; `v` released). */
+int span_split_mixed_tags(SpanWriter *w, SpanValues *v);
+
 /* The per-span fields, borrowed when that is safe (see SpanValues). */
 static inline int
 span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValues *v)
@@ -376,6 +386,11 @@ span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValue
     }
     if (SP_UNLIKELY(w->reader->scales_times | w->reader->strict) && !PyDict_Check(span) &&
         span_object_options(w, span, v) < 0) {
+        return -1;
+    }
+    PyObject *meta = v->value[SF_META];
+    if (SP_UNLIKELY(meta == v->value[SF_METRICS] && meta != NULL && meta != Py_None) &&
+        span_split_mixed_tags(w, v) < 0) {
         return -1;
     }
     w->values = v;
