@@ -41,6 +41,11 @@ class TraceMsgPackEncoder(TraceEncoder):
     ``tracer_version`` (spanpack's), ``runtime_id``, ``env``, ``hostname``,
     ``app_version``, ``container_id`` (each left out of the payload when
     empty) and ``payload_attributes`` (str -> str, bool, int or float).
+    ``fields`` maps protocol fields to attribute names; ``{"meta": "tags",
+    "metrics": "tags"}`` (one attribute for both) reads one mixed tags
+    mapping, split by value type: str to meta, bool to meta as
+    ``"true"``/``"false"``, int and float to metrics (a dict span does the
+    same with one mapping under both keys).
     ``strict=True`` refuses (TypeError) a span that carries what is not
     written: a dict key that is no span field, an object's slot holding a
     value or instance attribute that no field reads.
