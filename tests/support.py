@@ -80,7 +80,7 @@ def ddtrace_payload(
     """ddtrace's bytes for `traces` (put each, then encode()); one payload.
 
     spanpack deliberately leaves a v0.4 span link's dropped_attributes_count
-    out (libdatadog rejects the payload for it; README "Wire format"), so for
+    out (libdatadog rejects the payload for it; docs/wire-format.md), so for
     v0.4 the reference is ddtrace's encoding of the same links without a
     dropped-attribute count, unless `v04_link_drops` asks for ddtrace's
     literal output."""
@@ -206,7 +206,7 @@ maybe_text = st.one_of(st.none(), st.just(""), text)
 text_no_nul = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12)
 # Trace origins (context.dd_origin) for byte-identity tests: without NUL,
 # which ddtrace 4.2.3's v0.4 encoder cuts at (C strlen) and spanpack
-# deliberately does not (README "Wire format"; its own test).
+# deliberately does not (docs/wire-format.md; its own test).
 long_origin = st.builds(_long, text_no_nul, _long_chars, st.sampled_from(LONG_LENGTHS))
 origins = st.one_of(st.none(), st.none(), st.just(""), text_no_nul, long_origin)
 

@@ -52,7 +52,7 @@ class TraceMsgPackEncoder(TraceEncoder):
 
     One-shot: :meth:`encode_traces`, or :meth:`encode_trace` + :meth:`join_encoded`.
     Buffered (for a writer thread): :meth:`put` from any thread, :meth:`encode`
-    from the flusher.  See the README for the span input forms and the rules.
+    from the flusher.  See docs/encoding.md for the span input forms and the rules.
     """
 
     content_type = CONTENT_TYPE
