@@ -21,7 +21,7 @@ import pytest
 from spanpack import bench, samples
 
 ROOT = Path(__file__).resolve().parent.parent
-if not (ROOT / "ext").is_dir() or not (ROOT / "README.md").is_file():
+if not (ROOT / "ext").is_dir() or not (ROOT / "README.md").is_file() or not (ROOT / "docs").is_dir():
     # The installed-wheel test (scripts/wheels.py) runs tests/ alone, away
     # from any checkout: these checks are of the repository's own documents.
     pytest.skip("checks the repository's README, docs/, benchmarks/README.md, ARCHITECTURE.md and ext/: "
