@@ -595,6 +595,19 @@ def feed(encoder: Any, path: str, traces: Sequence[Any]) -> Any:
     return [encoder.encode_trace(trace) for trace in traces]
 
 
+def one_payload(encoder: Any, path: str, traces: Sequence[Any]) -> bytes:
+    """`traces` through one entry point (see `feed`), as the one payload it
+    makes: encode_traces's, put()'s single encode() payload, or the join of
+    encode_trace's parts."""
+    fed = feed(encoder, path, traces)
+    if path == "encode_traces":
+        return fed
+    if path == "put":
+        [(payload, _count)] = encoder.encode()
+        return payload
+    return encoder.join_encoded(fed)
+
+
 def assert_lenient_paths(encoder: Any, traces: Sequence[Any], expected: bytes, drops: int) -> None:
     """A fresh lenient `encoder` writes `expected` for `traces` through each of
     its three paths (encode_traces, put + encode, encode_trace +

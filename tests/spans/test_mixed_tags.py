@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import spanpack
 
-from tests.support import assert_lenient_paths, feed, good_span
+from tests.support import assert_lenient_paths, good_span, one_payload
 
 VERSIONS = ("v0.4", "v0.5", "v1.0")
 PATHS = ("encode_traces", "put", "encode_trace")
@@ -127,16 +127,6 @@ def reference(version: str, tags: Dict[str, Any], options: Optional[Dict[str, An
     meta, metrics = split(tags)
     encoder = spanpack.TraceMsgPackEncoder(version, **(options or {}))
     return encoder.encode_traces([[good_span(meta=meta, metrics=metrics, **fields)]])
-
-
-def one_payload(encoder, path, traces) -> bytes:
-    fed = feed(encoder, path, traces)
-    if path == "encode_traces":
-        return fed
-    if path == "put":
-        [(payload, _count)] = encoder.encode()
-        return payload
-    return encoder.join_encoded(fed)
 
 
 TAGS = {
