@@ -238,7 +238,7 @@ typedef struct {
     int scales_times;
     /* The text a bool of a mixed tags mapping is written as in meta
      * ("false", "true", indexed by the bool; interned): see
-     * span_split_mixed_tags. */
+     * write_mixed_entries (spanwrite.c). */
     PyObject *bool_text[2];
     /* spanpack.SpanFieldWarning (strong reference), raised once per class
      * whose first span keeps a field under another common name, and the
