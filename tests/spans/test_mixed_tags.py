@@ -137,6 +137,10 @@ TAGS = {
     "retry": False,
     "db.rows": 12.5,
     "peer.service": "db",
+    "env": "prod",  # v1.0 writes env, version, component and span.kind as span fields
+    "component": "web",
+    "span.kind": "server",
+    "version": 2,  # a number: a metric, never the version field
     "big": 2**63 - 1,
     "negative": -(2**63),
     "label": Label("sub"),
