@@ -14,7 +14,7 @@ endless    every reply is a 200 with an endless chunked body
 
 RSS (``/proc/self/statm``) is sampled every second; the table gives each
 phase's peak growth over the baseline taken after a warm-up, next to the
-bound the README states: 2 x ``max_buffer_size`` plus a small constant.
+bound docs/agent-writer.md states: 2 x ``max_buffer_size`` plus a small constant.
 """
 
 import gc

@@ -252,7 +252,7 @@ static int
 v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_trace_id_high,
                PyObject *events_text)
 {
-    Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
+    Py_ssize_t meta_size = tag_map_size(w, meta, MIXED_META);
     Py_ssize_t extras = add_trace_id_high + (info->origin != NULL) + (events_text != NULL);
     Py_ssize_t header_pos, written;
     int with_defaults = w->default_meta != NULL;
@@ -307,7 +307,7 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
 static SP_NOINLINE int
 v04_write_metrics_with_defaults(SpanWriter *w, PyObject *metrics)
 {
-    Py_ssize_t size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
+    Py_ssize_t size = tag_map_size(w, metrics, MIXED_METRICS);
     Py_ssize_t header_pos, written;
     if (WRITE_KEY(w, KEY_METRICS) < 0 ||
         map_begin_uncounted(w, size + w->default_metrics->count, &header_pos) < 0 ||
@@ -326,7 +326,8 @@ v04_write_metrics(SpanWriter *w, PyObject *metrics)
         return v04_write_metrics_with_defaults(w, metrics);
     }
     Py_ssize_t header_pos, written;
-    if (WRITE_KEY(w, KEY_METRICS) < 0 || map_begin(w, PyDict_GET_SIZE(metrics), &header_pos) < 0 ||
+    if (WRITE_KEY(w, KEY_METRICS) < 0 ||
+        map_begin(w, tag_map_size(w, metrics, MIXED_METRICS), &header_pos) < 0 ||
         write_dict_entries(w, metrics, "metrics", v04_write_metric_entry, 0, &written) < 0) {
         return -1;
     }
@@ -427,8 +428,7 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
     int has_type = span_type != NULL && span_type != Py_None;
     int has_links = links_count > 0;
     int native_events = events_count > 0 && w->native_span_events;
-    int has_metrics = (metrics != NULL && metrics != Py_None && PyDict_GET_SIZE(metrics) > 0) ||
-                      w->default_metrics != NULL;
+    int has_metrics = tag_map_size(w, metrics, MIXED_METRICS) > 0 || w->default_metrics != NULL;
     int has_meta_struct =
         meta_struct != NULL && meta_struct != Py_None && PyDict_GET_SIZE(meta_struct) > 0;
     int add_trace_id_high = 0;
@@ -442,9 +442,8 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
             goto done;
         }
     }
-    int has_meta = (meta != NULL && meta != Py_None && PyDict_GET_SIZE(meta) > 0) ||
-                   info->origin != NULL || events_text != NULL || add_trace_id_high ||
-                   w->default_meta != NULL;
+    int has_meta = tag_map_size(w, meta, MIXED_META) > 0 || info->origin != NULL ||
+                   events_text != NULL || add_trace_id_high || w->default_meta != NULL;
 
     uint32_t key_count = 7 + has_parent + has_error + has_type + has_links + native_events +
                          has_meta + has_meta_struct + has_metrics;

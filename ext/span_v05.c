@@ -393,7 +393,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload,
     mp_put_int(w->out, duration);
     mp_put_int(w->out, error_value);
 
-    Py_ssize_t meta_size = meta != NULL && meta != Py_None ? PyDict_GET_SIZE(meta) : 0;
+    Py_ssize_t meta_size = tag_map_size(w, meta, MIXED_META);
     int has_origin = info->origin_index != V05_EMPTY_INDEX;
     Py_ssize_t extras =
         add_trace_id_high + has_origin + (links_text != NULL) + (events_text != NULL);
@@ -440,7 +440,7 @@ v05_write_span(SpanWriter *w, PyObject *span, TraceInfo *info, int into_payload,
         goto done;
     }
 
-    Py_ssize_t metrics_size = metrics != NULL && metrics != Py_None ? PyDict_GET_SIZE(metrics) : 0;
+    Py_ssize_t metrics_size = tag_map_size(w, metrics, MIXED_METRICS);
     if (with_defaults && w->default_metrics != NULL) {
         if (v05_write_tags_with_defaults(w, metrics, 1, metrics_size, into_payload, &header_pos,
                                          &written) < 0 ||

@@ -224,6 +224,11 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warni
         reader->attribute[i] = Py_NewRef(reader->dict_key[i]);
     }
     index_dict_keys(reader);
+    reader->bool_text[0] = PyUnicode_InternFromString("false");
+    reader->bool_text[1] = PyUnicode_InternFromString("true");
+    if (reader->bool_text[0] == NULL || reader->bool_text[1] == NULL) {
+        goto error;
+    }
     reader->required = SF_REQUIRED_FIELDS;
     list_required_span_fields(reader);
     if (fields == NULL || fields == Py_None) {
@@ -325,6 +330,8 @@ spanfields_clear(SpanFieldReader *reader)
         Py_CLEAR(reader->attribute[i]);
         Py_CLEAR(reader->dict_key[i]);
     }
+    Py_CLEAR(reader->bool_text[0]);
+    Py_CLEAR(reader->bool_text[1]);
     Py_CLEAR(reader->context_name);
     Py_CLEAR(reader->context_meta_name);
     Py_CLEAR(reader->context_origin_name);

@@ -236,6 +236,10 @@ typedef struct {
      * 1: nanoseconds, nothing to convert), and whether any is not 1. */
     long time_scale[SF_COUNT];
     int scales_times;
+    /* The text a bool of a mixed tags mapping is written as in meta
+     * ("false", "true", indexed by the bool; interned): see
+     * write_mixed_entries (spanwrite.c). */
+    PyObject *bool_text[2];
     /* spanpack.SpanFieldWarning (strong reference), raised once per class
      * whose first span keeps a field under another common name, and the
      * classes warned about (a set of weak references), made when needed. */

@@ -490,6 +490,36 @@ span_times_to_ns(SpanWriter *w, SpanValues *v)
     return 0;
 }
 
+void
+span_count_mixed_tags(SpanWriter *w, PyObject *mixed)
+{
+    if (!PyDict_Check(mixed)) {
+        return; /* (the meta writer refuses it, as any meta that is no dict) */
+    }
+    /* A refused value is counted in meta, whose pass refuses it: so a
+     * mapping of numbers and refused values still enters that pass. */
+    Py_ssize_t counts[2] = {0, 0};
+    DictEntries entries;
+    if (pydict_entries(&w->state->fast_paths, mixed, &entries)) {
+        PyObject *const *entry = entries.keys;
+        for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
+            if (entry[1] != NULL) {
+                counts[mixed_tag_kind(entry[1]) == MIXED_METRICS]++;
+            }
+        }
+    }
+    else {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(mixed, &pos, &key, &value)) {
+            counts[mixed_tag_kind(value) == MIXED_METRICS]++;
+        }
+    }
+    w->mixed_tags = mixed;
+    w->mixed_count[MIXED_META] = counts[0];
+    w->mixed_count[MIXED_METRICS] = counts[1];
+}
+
 int
 span_object_options(SpanWriter *w, PyObject *span, SpanValues *v)
 {
@@ -663,8 +693,10 @@ meta_lacks_trace_id_high(SpanWriter *w, PyObject *meta, int *lacks)
     if (value == NULL && PyErr_Occurred()) {
         return span_reraise(w, "meta", NULL);
     }
-    /* In lenient mode a tag that is not text is dropped: replace it. */
-    *lacks = value == NULL || (w->lenient && !is_text(value));
+    /* In lenient mode a tag that is not text is dropped: replace it.  In a
+     * mixed tags mapping a number is a metric. */
+    *lacks = value == NULL || (w->lenient && !is_text(value)) ||
+             (meta == w->mixed_tags && mixed_tag_kind(value) != MIXED_META);
     return 0;
 }
 
@@ -809,8 +841,8 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
         int result = write_entry(w, key, value);
         Py_DECREF(key);
         Py_DECREF(value);
-        if (result == 0) {
-            (*written)++;
+        if (result >= 0) {
+            *written += result == 0; /* (1: another map's entry, write_mixed_entry) */
         }
         else if (is_data_error()) {
             PyErr_Clear();
@@ -832,6 +864,84 @@ write_dict_entries_lenient(SpanWriter *w, PyObject *dict, const char *field,
         }
     }
     return seen == expected ? 0 : raise_dict_changed(w, field);
+}
+
+/* One entry of a mixed tags mapping in the pass of w->mixed_pass: written
+ * with w->mixed_write_entry (0) when it is that map's, else skipped (1), or
+ * refused (-1, in the meta pass). */
+static int
+write_mixed_entry(SpanWriter *w, PyObject *key, PyObject *value)
+{
+    int kind = mixed_tag_kind(value);
+    if (kind == w->mixed_pass) {
+        if (PyBool_Check(value)) {
+            /* Text, as the agent's OTLP mapping writes a bool attribute. */
+            value = w->reader->bool_text[value == Py_True];
+        }
+        return w->mixed_write_entry(w, key, value);
+    }
+    if (kind == MIXED_REFUSED && w->mixed_pass == MIXED_META) {
+        return span_error(w, PyExc_TypeError, "meta", key,
+                          "a mixed tags mapping (one dict given as both meta and metrics) takes "
+                          "str, bool, int or float, not %.200s",
+                          Py_TYPE(value)->tp_name);
+    }
+    return 1;
+}
+
+int
+write_mixed_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
+                    Py_ssize_t *written)
+{
+    int pass = strcmp(field, "meta") == 0      ? MIXED_META
+               : strcmp(field, "metrics") == 0 ? MIXED_METRICS
+                                               : MIXED_REFUSED;
+    if (pass == MIXED_REFUSED) {
+        /* (The same dict as another field too, meta_struct: as it is.) */
+        return write_dict_entries_checked(w, dict, field, write_entry, written);
+    }
+    w->mixed_pass = pass;
+    w->mixed_write_entry = write_entry;
+    *written = 0;
+    if (w->lenient) {
+        return write_dict_entries_lenient(w, dict, field, write_mixed_entry, written);
+    }
+    /* As write_dict_entries' plain loop: the entry writers of meta and
+     * metrics run no Python code until an error ends the loop, so the
+     * entries may be read in place. */
+    Py_ssize_t expected = PyDict_GET_SIZE(dict), count = 0;
+    DictEntries entries;
+    if (pydict_entries(&w->state->fast_paths, dict, &entries)) {
+        PyObject *const *entry = entries.keys;
+        for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
+            if (entry[1] != NULL) {
+                int result = write_mixed_entry(w, entry[0], entry[1]);
+                if (result < 0) {
+                    return -1;
+                }
+                count += result == 0;
+            }
+        }
+    }
+    else {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(dict, &pos, &key, &value)) {
+            int result = write_mixed_entry(w, key, value);
+            if (result < 0) {
+                return -1;
+            }
+            count += result == 0;
+        }
+    }
+    /* The header holds the count made when the span was read: Python code
+     * run since (converting its links or events) may have changed the
+     * mapping. */
+    if (count != w->mixed_count[pass] || PyDict_GET_SIZE(dict) != expected) {
+        return raise_dict_changed(w, field);
+    }
+    *written = count;
+    return 0;
 }
 
 int

@@ -259,6 +259,41 @@ typedef int (*EntryWriter)(SpanWriter *w, PyObject *key, PyObject *value);
 int write_dict_entries_checked(SpanWriter *w, PyObject *dict, const char *field,
                                EntryWriter write_entry, Py_ssize_t *written);
 
+/* A mixed tags mapping's value goes to meta (str, bool: MIXED_META), to
+ * metrics (int, float: MIXED_METRICS), or is refused (MIXED_REFUSED); a
+ * subclass as its base. */
+enum { MIXED_REFUSED = -1, MIXED_META = 0, MIXED_METRICS = 1 };
+
+static inline int
+mixed_tag_kind(PyObject *value)
+{
+    if (PyUnicode_Check(value) || PyBool_Check(value)) {
+        return MIXED_META;
+    }
+    return PyLong_Check(value) || PyFloat_Check(value) ? MIXED_METRICS : MIXED_REFUSED;
+}
+
+/* The entries a span's meta (`which` MIXED_META) or metrics (MIXED_METRICS)
+ * map gets from `dict`, the field's value: its size, or for a mixed tags
+ * mapping the entries of that map's kind. */
+static inline Py_ssize_t
+tag_map_size(const SpanWriter *w, PyObject *dict, int which)
+{
+    if (dict == NULL || dict == Py_None) {
+        return 0;
+    }
+    return SP_UNLIKELY(dict == w->mixed_tags) ? w->mixed_count[which] : PyDict_GET_SIZE(dict);
+}
+
+/* write_dict_entries for the span's mixed tags mapping written as `field`:
+ * for meta, its str entries and its bools as "true"/"false"; for metrics,
+ * its int and float entries; a value of neither kind is a TypeError naming
+ * the key in the meta pass (lenient: dropped and counted once).  The
+ * entries written must be those counted when the span was read (else the
+ * mapping changed meanwhile: RuntimeError). */
+int write_mixed_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
+                        Py_ssize_t *written);
+
 static SP_ALWAYS_INLINE int
 write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter write_entry,
                    int runs_python, Py_ssize_t *written)
@@ -266,6 +301,9 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
     if (dict == NULL || dict == Py_None || PyDict_GET_SIZE(dict) == 0) {
         *written = 0;
         return 0;
+    }
+    if (SP_UNLIKELY(dict == w->mixed_tags)) {
+        return write_mixed_entries(w, dict, field, write_entry, written);
     }
     if (SP_LIKELY(!runs_python && !w->lenient)) {
         /* No Python code runs until an error ends the loop: the dict and its
@@ -361,6 +399,14 @@ int span_times_to_ns(SpanWriter *w, SpanValues *v);
  * v->failed naming the field (-1: none). */
 int span_object_options(SpanWriter *w, PyObject *span, SpanValues *v);
 
+/* A span whose meta and metrics are one and the same dict (a dict span's
+ * "meta" and "metrics" keys holding one mapping, or fields= naming one
+ * attribute for both): the mapping's entries counted per map
+ * (w->mixed_tags, w->mixed_count), for the writers' headers.  Its entries
+ * are then routed as they are written (write_mixed_entries): no dict is
+ * made.  Runs no Python code. */
+void span_count_mixed_tags(SpanWriter *w, PyObject *mixed);
+
 /* The per-span fields, borrowed when that is safe (see SpanValues). */
 static inline int
 span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValues *v)
@@ -373,6 +419,11 @@ span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValue
         return -1;
     }
     w->values = v;
+    w->mixed_tags = NULL;
+    PyObject *meta = v->value[SF_META];
+    if (SP_UNLIKELY(meta == v->value[SF_METRICS] && meta != NULL && meta != Py_None)) {
+        span_count_mixed_tags(w, meta);
+    }
     if (v->borrowed && span_may_run_python(w, v, info)) {
         spanvalues_own(v);
     }
@@ -384,6 +435,7 @@ static inline void
 span_values_release(SpanWriter *w, SpanValues *v)
 {
     w->values = NULL;
+    w->mixed_tags = NULL;
     spanvalues_release(v);
 }
 

@@ -38,7 +38,7 @@ int default_tags_init(DefaultTags *tags, PyObject *meta, PyObject *metrics, int 
 void default_tags_clear(DefaultTags *tags);
 int default_tags_traverse(const DefaultTags *tags, visitproc visit, void *arg);
 
-typedef struct {
+typedef struct SpanWriter {
     SpanpackState *state;
     SpanFieldReader *reader;
     EncodedStrCache *cache;    /* v0.4 interning; NULL when off */
@@ -87,6 +87,16 @@ typedef struct {
     const DefaultTagMap *default_meta;
     const DefaultTagMap *default_metrics;
     unsigned char *default_seen;
+    /* The span's mixed tags mapping: its meta and metrics as one dict
+     * (borrowed from `values`; NULL for any other span), how many of its
+     * entries each map gets, counted when the span is read (meta: str,
+     * bool and any value refused; metrics: int and float), and while one of
+     * the two is written, which (0 meta, 1 metrics) and the version's entry
+     * writer for it (spanwrite.c: write_mixed_entries). */
+    PyObject *mixed_tags;
+    Py_ssize_t mixed_count[2];
+    int mixed_pass;
+    int (*mixed_write_entry)(struct SpanWriter *w, PyObject *key, PyObject *value);
 } SpanWriter;
 
 /* Give the writer the encoder's default tags. */

@@ -11,7 +11,7 @@
 # its tracer's spans against its own encoders, and spanpack.ddtrace.install()
 # end to end through the APM test agent.  Works on the host and inside
 # scripts/ci_chroot.sh's chroots alike.  The supported release lines are in
-# README.md ("ddtrace"); .ci/run lists the versions it runs.
+# docs/ci.md ("ddtrace versions"); .ci/run lists the versions it runs.
 set -euo pipefail
 
 [ $# -eq 3 ] || { echo "usage: $0 PYTHON DDTRACE_VERSION WORKDIR" >&2; exit 2; }

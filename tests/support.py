@@ -80,7 +80,7 @@ def ddtrace_payload(
     """ddtrace's bytes for `traces` (put each, then encode()); one payload.
 
     spanpack deliberately leaves a v0.4 span link's dropped_attributes_count
-    out (libdatadog rejects the payload for it; README "Wire format"), so for
+    out (libdatadog rejects the payload for it; docs/wire-format.md), so for
     v0.4 the reference is ddtrace's encoding of the same links without a
     dropped-attribute count, unless `v04_link_drops` asks for ddtrace's
     literal output."""
@@ -206,7 +206,7 @@ maybe_text = st.one_of(st.none(), st.just(""), text)
 text_no_nul = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12)
 # Trace origins (context.dd_origin) for byte-identity tests: without NUL,
 # which ddtrace 4.2.3's v0.4 encoder cuts at (C strlen) and spanpack
-# deliberately does not (README "Wire format"; its own test).
+# deliberately does not (docs/wire-format.md; its own test).
 long_origin = st.builds(_long, text_no_nul, _long_chars, st.sampled_from(LONG_LENGTHS))
 origins = st.one_of(st.none(), st.none(), st.just(""), text_no_nul, long_origin)
 
@@ -593,6 +593,19 @@ def feed(encoder: Any, path: str, traces: Sequence[Any]) -> Any:
             encoder.put(trace)
         return None
     return [encoder.encode_trace(trace) for trace in traces]
+
+
+def one_payload(encoder: Any, path: str, traces: Sequence[Any]) -> bytes:
+    """`traces` through one entry point (see `feed`), as the one payload it
+    makes: encode_traces's, put()'s single encode() payload, or the join of
+    encode_trace's parts."""
+    fed = feed(encoder, path, traces)
+    if path == "encode_traces":
+        return fed
+    if path == "put":
+        [(payload, _count)] = encoder.encode()
+        return payload
+    return encoder.join_encoded(fed)
 
 
 def assert_lenient_paths(encoder: Any, traces: Sequence[Any], expected: bytes, drops: int) -> None:

@@ -78,7 +78,7 @@ with open({result_path!r}, "wb") as out:
 
 
 def test_send_to_no_agent_raises_url_error_an_os_error():
-    """README and send()'s docstring: no agent at the URL raises URLError,
+    """docs/encoding.md and send()'s docstring: no agent at the URL raises URLError,
     which `except OSError` catches."""
     import socket
     import urllib.error
@@ -92,7 +92,7 @@ def test_send_to_no_agent_raises_url_error_an_os_error():
     assert isinstance(info.value.reason, ConnectionRefusedError)
 
 
-def test_minimal_dict_span_reads_back_as_the_readme_says():
+def test_minimal_dict_span_reads_back_as_documented():
     import msgpack
 
     span = {"trace_id": 1, "span_id": 2, "name": "n", "start_ns": 5}

@@ -1,13 +1,16 @@
-"""The figures the README quotes agree with the tables they are quoted from.
+"""The figures the README and docs quote agree with the tables they are quoted from.
 
-The benchmark tables in README.md are pasted from runs of `python -m spanpack
-bench` and benchmarks/callgrind_per_span.py; the prose around them quotes
-their extremes and ratios.  These tests parse each table and check every
-quoted figure against it, so that a table pasted from a new run cannot leave
-the text describing the old one.  They also check that the tables have the
-columns and shapes the bench prints today; that the docstrings and the layer
-diagram in ARCHITECTURE.md name every payload version; and that the README
-starts a test agent of one's own the way the suite starts its own.
+The benchmark tables in docs/benchmarks.md are pasted from runs of `python -m
+spanpack bench` and benchmarks/callgrind_per_span.py; the prose around them,
+and the README's speed headline, quote their extremes and ratios.  These
+tests parse each table and check every quoted figure against it, so that a
+table pasted from a new run cannot leave the text describing the old one;
+the same for the README's ddtrace figures and docs/ddtrace.md's table.  They
+also check that the tables have the columns and shapes the bench prints
+today; that every figure the README shows names the command that reproduces
+it; that the docstrings and the layer diagram in ARCHITECTURE.md name every
+payload version; and that docs/ci.md starts a test agent of one's own the way
+the suite starts its own.
 """
 
 import re
@@ -18,14 +21,15 @@ import pytest
 from spanpack import bench, samples
 
 ROOT = Path(__file__).resolve().parent.parent
-if not (ROOT / "ext").is_dir() or not (ROOT / "README.md").is_file():
+if not (ROOT / "ext").is_dir() or not (ROOT / "README.md").is_file() or not (ROOT / "docs").is_dir():
     # The installed-wheel test (scripts/wheels.py) runs tests/ alone, away
     # from any checkout: these checks are of the repository's own documents.
-    pytest.skip("checks the repository's README, benchmarks/README.md, ARCHITECTURE.md and ext/: "
+    pytest.skip("checks the repository's README, docs/, benchmarks/README.md, ARCHITECTURE.md and ext/: "
                 "no checkout beside these tests (an installed-wheel run)", allow_module_level=True)
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-BENCHMARKS = README[README.index("\n## Benchmarks\n"):]
-BENCHMARKS = BENCHMARKS[:BENCHMARKS.index("\n## ", 1)] + "\n\n"
+BENCHMARKS = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8") + "\n\n"
+CI_DOC = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+DDTRACE_DOC = (ROOT / "docs" / "ddtrace.md").read_text(encoding="utf-8")
 
 
 def _peer_table():
@@ -132,6 +136,57 @@ def test_the_docstrings_and_the_layer_diagram_name_every_payload_version(version
 def test_the_readmes_own_agent_command_enables_the_checks_the_suite_enables():
     from tests.integration import agent
 
-    assert "ENABLED_CHECKS=%s ddapm-test-agent --port" % agent.ENABLED_CHECKS in README
-    assert "SPANPACK_TEST_AGENT_URL=http://" in README
+    assert "ENABLED_CHECKS=%s ddapm-test-agent --port" % agent.ENABLED_CHECKS in CI_DOC
+    assert "SPANPACK_TEST_AGENT_URL=http://" in CI_DOC
     assert 'os.environ.get("SPANPACK_TEST_AGENT_URL")' in Path(agent.__file__).read_text(encoding="utf-8")
+
+
+def _range(text):
+    low, high = re.split(r"[-–]", text)
+    return float(low), float(high)
+
+
+def _readme_paragraph(start):
+    return _sentence(start, README)
+
+
+def test_the_readmes_speed_headline_is_the_peer_tables_range():
+    _title, _columns, table = _peer_table()
+    sentence = _readme_paragraph("On the bench's")
+    assert "`python -m spanpack bench`" in sentence  # the command that reproduces it
+    assert "%s sample shapes" % {11: "eleven"}.get(len(table), len(table)) in sentence
+    quoted = dict(
+        (column, _range(figures)) for figures, column in (
+            (re.search(r"is (\S+)× faster than ddtrace 4\.2\.3's own v0\.4 encoder", sentence).group(1), "ddtrace v0.4"),
+            (re.search(r"(\S+)× faster than `msgpack\.packb` of prebuilt", sentence).group(1), "msgpack prebuilt"),
+            (re.search(r"(\S+)× faster than msgspec", sentence).group(1), "msgspec Structs"),
+        ))
+    for column, (low, high) in quoted.items():
+        ratios = [_ratio(row[column]) for row in table.values() if _ratio(row[column]) is not None]
+        assert (low, high) == (min(ratios), max(ratios)), column
+
+
+def test_the_readmes_ddtrace_install_figures_are_docs_ddtrace_tables():
+    sentence = _readme_paragraph("A program traced by ddtrace")
+    assert "`python benchmarks/ddtrace_put_cost.py`" in sentence  # the command that reproduces them
+    quoted = re.findall(r"(\d\.\d-\d\.\d)x (?:lower )?with (?:ddtrace )?(\d+\.\d+\.\d+)", sentence)
+    assert len(quoted) == 3, sentence
+    ratios = {}
+    for row in re.findall(r"^\| (4\.\d+\.\d+) \| v0\.[45] \|.*\| (\d+\.\d+)x \|$", DDTRACE_DOC, re.M):
+        ratios.setdefault(row[0], []).append(float(row[1]))
+    for figures, version in quoted:
+        low, high = _range(figures)
+        assert (low, high) == (round(min(ratios[version]), 1), round(max(ratios[version]), 1)), version
+
+
+def test_every_figure_in_the_readme_names_its_command():
+    # A ratio or a time in the README's prose is in a paragraph that names the
+    # command reproducing it (the two checked above, and any added later).
+    figures = 0
+    for paragraph in re.split(r"\n\s*\n", README):
+        if paragraph.lstrip().startswith(("```", "|")) or "```" in paragraph:
+            continue
+        if re.search(r"\d(?:\.\d+)?(?:x|×)|\d (?:ns|µs|us|ms) per", paragraph):
+            figures += 1
+            assert re.search(r"`python (?:-m spanpack bench|benchmarks/\S+\.py)", paragraph), paragraph
+    assert figures >= 2

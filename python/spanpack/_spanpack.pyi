@@ -116,7 +116,9 @@ class EncodedTrace:
 _Span = Any  # a dict, an object with the span fields, or a ddtrace Span
 _Trace = Sequence[_Span]
 # A protocol field -> its attribute; start_ns and duration_ns may also map to
-# (attribute, unit), unit one of "s", "ms", "us", "ns".
+# (attribute, unit), unit one of "s", "ms", "us", "ns".  meta and metrics
+# naming one attribute: one mixed tags mapping, split by value type (str and
+# bool to meta, int and float to metrics; docs/wire-format.md).
 _Fields = Union[None, str, Mapping[str, Union[str, Tuple[str, str]]]]
 
 class TraceEncoder:

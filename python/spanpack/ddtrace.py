@@ -192,7 +192,7 @@ class DdtraceWriterEncoder:
         except _SpanpackItemTooLarge as error:
             raise self._parts.item_too_large(*error.args) from None
         except Exception:
-            # Span data spanpack will not write (README "Wire format"), or an
+            # Span data spanpack will not write (docs/wire-format.md), or an
             # error from the spans' own code: ddtrace's encoder gets the trace
             # and does with it what it would have done without install():
             # writes it, or raises what it raises.

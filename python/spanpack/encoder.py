@@ -41,13 +41,18 @@ class TraceMsgPackEncoder(TraceEncoder):
     ``tracer_version`` (spanpack's), ``runtime_id``, ``env``, ``hostname``,
     ``app_version``, ``container_id`` (each left out of the payload when
     empty) and ``payload_attributes`` (str -> str, bool, int or float).
+    ``fields`` maps protocol fields to attribute names; ``{"meta": "tags",
+    "metrics": "tags"}`` (one attribute for both) reads one mixed tags
+    mapping, split by value type: str to meta, bool to meta as
+    ``"true"``/``"false"``, int and float to metrics (a dict span does the
+    same with one mapping under both keys).
     ``strict=True`` refuses (TypeError) a span that carries what is not
     written: a dict key that is no span field, an object's slot holding a
     value or instance attribute that no field reads.
 
     One-shot: :meth:`encode_traces`, or :meth:`encode_trace` + :meth:`join_encoded`.
     Buffered (for a writer thread): :meth:`put` from any thread, :meth:`encode`
-    from the flusher.  See the README for the span input forms and the rules.
+    from the flusher.  See docs/encoding.md for the span input forms and the rules.
     """
 
     content_type = CONTENT_TYPE

@@ -321,7 +321,7 @@ class AgentWriter:
         writer.stop()                        # also run at interpreter exit
 
     Traces must not be mutated after ``write()``: a split or a downgrade
-    re-encodes them from the objects.  See the README for the bounds and
+    re-encodes them from the objects.  See docs/agent-writer.md for the bounds and
     the counting rules.
     """
 

@@ -523,7 +523,7 @@ def test_stop_without_timeout_is_bounded_against_a_hung_agent(server, writers):
     result = []
     stopper = threading.Thread(target=lambda: (result.append(writer.stop()), done.set()))
     stopper.start()
-    # The README's bound: max_attempts x timeout plus the backoffs (0.6 s and change).
+    # The bound docs/agent-writer.md states: max_attempts x timeout plus the backoffs (0.6 s and change).
     assert done.wait(10)
     server.release()
     stats = ledger_balances(writer)

@@ -298,7 +298,7 @@ def test_autoreset_true_returns_bytes_and_keeps_buffer_empty():
 
 
 def test_failed_call_with_autoreset_false_keeps_earlier_content():
-    """README: a failed pack() with autoreset=False keeps what was packed before
+    """docs/packer.md: a failed pack() with autoreset=False keeps what was packed before
     it (a deliberate difference: msgpack 1.2 empties the whole buffer)."""
     packer = spanpack.Packer(autoreset=False)
     packer.pack("kept")

@@ -6,7 +6,7 @@ comparison, reads integer arguments (buf_size, header sizes, ext codes) through
 `__int__` (so a float counts, an object with only `__index__` does not), and
 reads unicode_errors and ext data as C strings (ASCII str, bytes, bytearray).
 Each case here compares spanpack's outcome (bytes, or exception type) with
-msgpack's.  The last section pins where spanpack deliberately differs (README,
+msgpack's.  The last section pins where spanpack deliberately differs (docs/packer.md,
 "The Packer").
 """
 
@@ -278,7 +278,7 @@ def test_ext_type_subclass_without_checks_matches_msgpack(code, data):
 
 
 # --------------------------------------------------------------------------
-# deliberate differences (README, "The Packer")
+# deliberate differences (docs/packer.md)
 # --------------------------------------------------------------------------
 
 

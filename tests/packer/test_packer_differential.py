@@ -531,7 +531,7 @@ def test_reused_packer_matches_msgpack(ops, opts, autoreset):
         actual = _run_op(ours, op, lambda x: x)
         _assert_same(actual, expected, f"step {step} {op[0]}")
         if expected[0] == "raised":
-            # A failed call leaves spanpack's buffer as it was (README: with
+            # A failed call leaves spanpack's buffer as it was (docs/packer.md: with
             # autoreset=False a failed pack() keeps what was packed before it).
             # msgpack 1.2 differs here (it empties the buffer after a failed
             # pack() and keeps a half-written map after a failed

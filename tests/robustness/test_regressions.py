@@ -210,7 +210,7 @@ def test_packer_methods_called_from_default_are_refused():
 # Bug 4: `default` deletes a key of a dict being packed (already written) and
 # inserts another: the size is unchanged, so the size check passes, and the
 # new key is written too -- map header 2, three pairs, undecodable output.
-# README: spanpack never writes a map whose header disagrees with its items.
+# docs/security.md: spanpack never writes a map whose header disagrees with its items.
 
 
 def test_default_swaps_dict_key_without_changing_size():

@@ -205,7 +205,7 @@ def test_empty_traces_and_many_traces_per_payload():
 
 
 def test_origin_with_nul_written_whole_in_v04():
-    """README "Wire format": ddtrace 4.2.3's v0.4 encoder cuts an origin at
+    """docs/wire-format.md: ddtrace 4.2.3's v0.4 encoder cuts an origin at
     its first NUL (C strlen); spanpack writes it whole."""
     span = _span()
     span.context.dd_origin = "synth\x00etics"
@@ -348,7 +348,7 @@ def test_unusual_field_values_match_ddtrace(version, attributes):
 
 
 def test_documented_differences_for_error_and_start():
-    """README "Wire format": error None or a float, v0.4 start_ns None."""
+    """docs/wire-format.md: error None or a float, v0.4 start_ns None."""
     encoder = spanpack.TraceMsgPackEncoder("v0.4", "ddtrace")
     assert unpack(ddtrace_payload("v0.4", [[_span(error=None)]]))[0][0]["error"] == 1
     assert "error" not in unpack(encoder.encode_traces([[_span(error=None)]]))[0][0]
@@ -400,7 +400,7 @@ def test_meta_struct_exact_types_match_ddtrace():
     ids=["tuple", "int-subclass", "dict-subclass", "int-out-of-range", "set"],
 )
 def test_meta_struct_other_types_documented_difference(value, ddtrace_document, spanpack_document):
-    """README "Wire format": ddtrace replaces them with an error string,
+    """docs/wire-format.md: ddtrace replaces them with an error string,
     spanpack packs them as msgpack-python would, or raises."""
     span = _span(_meta_struct={"appsec": value})
     reference = unpack(ddtrace_payload("v0.4", [[span]]))[0][0]["meta_struct"]["appsec"]

@@ -456,7 +456,7 @@ def test_span_links_v05_as_json_in_meta():
 
 
 def test_span_link_dropped_attributes_count_only_in_v05():
-    """README "Wire format": a v0.4 link leaves dropped_attributes_count out
+    """docs/wire-format.md: a v0.4 link leaves dropped_attributes_count out
     (libdatadog rejects it); v0.5's JSON keeps it."""
     link = {"trace_id": 4, "span_id": 5, "dropped_attributes_count": 2}
     assert v04(span(links=[link])) == H(

@@ -14,7 +14,7 @@ import pytest
 
 import spanpack
 
-from tests.support import feed, good_span
+from tests.support import good_span, one_payload
 
 VERSIONS = ("v0.4", "v0.5", "v1.0")
 PATHS = ("encode_traces", "put", "encode_trace")
@@ -32,16 +32,6 @@ class TimedSpan:
                 setattr(self, name, value)
         self.begin = begin
         self.took = took
-
-
-def one_payload(encoder, path, traces):
-    fed = feed(encoder, path, traces)
-    if path == "encode_traces":
-        return fed
-    if path == "put":
-        [(payload, _count)] = encoder.encode()
-        return payload
-    return encoder.join_encoded(fed)
 
 
 def nanoseconds(value, unit):
