@@ -1,7 +1,7 @@
 /* JSON text as json.dumps writes it by default (see jsontext.h).  The rules
  * are those of CPython's json encoder (Lib/json/encoder.py, Modules/_json.c):
- * str escaped to ASCII, int and float by int.__repr__ and float.__repr__
- * whatever their class, NaN and the infinities by name, lists, tuples and
+ * str escaped to ASCII, int (within 64 bits) and float by int.__repr__ and
+ * float.__repr__ whatever their class, NaN and the infinities by name, lists, tuples and
  * dicts in their own order. */
 #include "jsontext.h"
 
@@ -115,35 +115,40 @@ write_json_str(OutBuf *out, PyObject *str)
     return 0;
 }
 
-/* The text of a str made by a repr (ASCII), appended. */
-static int
-write_repr_text(OutBuf *out, PyObject *text)
-{
-    if (text == NULL) {
-        return -1;
-    }
-    Py_ssize_t size;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &size);
-    int result = utf8 == NULL ? -1 : outbuf_write(out, utf8, size);
-    Py_DECREF(text);
-    return result;
-}
-
+/* An int in [-2**63, 2**64) as int.__repr__ writes it, whatever its class (json
+ * calls int's own repr, never a subclass's): 1.  Declined (0) beyond that:
+ * int.__repr__ may refuse (sys.set_int_max_str_digits), its error then naming
+ * no span, and from CPython 3.12 a long one runs Python code (_pylong), during
+ * which the containers being walked here, held without references, could
+ * change or be freed.  json.dumps takes such an int whole. */
 static int
 write_json_int(OutBuf *out, PyObject *value)
 {
+    char digits[24];
+    int size;
     int overflow = 0;
     long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
     if (small == -1 && PyErr_Occurred()) {
         return -1;
     }
     if (overflow == 0) {
-        char digits[24];
-        int size = snprintf(digits, sizeof digits, "%lld", small);
-        return outbuf_write(out, digits, size);
+        size = snprintf(digits, sizeof digits, "%lld", small);
     }
-    /* json calls int's own repr, never a subclass's. */
-    return write_repr_text(out, PyLong_Type.tp_repr(value));
+    else if (overflow > 0) {
+        unsigned long long large = PyLong_AsUnsignedLongLong(value);
+        if (large == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                return -1;
+            }
+            PyErr_Clear();
+            return 0;
+        }
+        size = snprintf(digits, sizeof digits, "%llu", large);
+    }
+    else {
+        return 0;
+    }
+    return outbuf_write(out, digits, size) < 0 ? -1 : 1;
 }
 
 static int
@@ -227,7 +232,7 @@ json_text_write(OutBuf *out, PyObject *value, int depth)
         return write_json_str(out, value) < 0 ? -1 : 1;
     }
     if (PyLong_Check(value)) {
-        return write_json_int(out, value) < 0 ? -1 : 1;
+        return write_json_int(out, value);
     }
     if (PyFloat_Check(value)) {
         return write_json_float(out, value) < 0 ? -1 : 1;

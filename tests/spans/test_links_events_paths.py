@@ -19,7 +19,9 @@ subclasses, keys json would convert, text long enough to be cut, ints beyond
 characters, ids that are not 32 hex digits.
 """
 
+import gc
 import math
+import sys
 import types
 
 import pytest
@@ -293,3 +295,73 @@ def test_to_dict_error_names_the_span_field(version):
     error = encoded(version, span_with(links=[Broken({})]))
     assert isinstance(error, RuntimeError)
     assert "trace 0, span 0, field links" in error.__notes__[0]
+
+
+def test_json_ints_at_the_64_bit_bounds_are_json_dumps():
+    """Ints within 64 bits are written in C, larger ones by json.dumps: both
+    sides of each bound, for int and an int subclass (whose own repr json
+    never calls)."""
+    bounds = [2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1]
+    for value in bounds + [IntSubclass(value) for value in bounds]:
+        items = [{"name": "e", "time_unix_nano": value, "attributes": {"k": [value]}}]
+        assert encoded("v0.5", span_with(events=items))[9]["events"] == _extras.events_json(items), value
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_int_json_cannot_write_names_the_span_field(version):
+    """An int too long for int.__repr__ (sys.set_int_max_str_digits): the
+    error json.dumps raises, located like any other."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if not limit:
+        pytest.skip("no limit on int digits in this interpreter")
+    huge = 7 ** (limit * 2)  # more than `limit` decimal digits
+    expected = reference(_extras.events_json, [{"name": "e", "time_unix_nano": 1, "attributes": {"k": huge}}])
+    assert isinstance(expected, ValueError)
+    error = encoded(version, span_with(events=[{"name": "e", "time_unix_nano": 1, "attributes": {"k": huge}}]))
+    assert isinstance(error, ValueError) and str(expected) in str(error)
+    assert "trace 0, span 0, events" in str(error)
+    fields = {"trace_id": "%032x" % 5, "span_id": "%016x" % 6, "tracestate": huge}
+    error = encoded("v0.5", span_with(links=[LinkObject(fields)]))
+    assert isinstance(error, ValueError) and "trace 0, span 0, links" in str(error)
+
+
+def test_python_code_run_by_a_long_int_repr_changes_nothing_written():
+    """From CPython 3.12 the repr of an int of more than about 9,000 digits
+    runs Python code (_pylong).  Code run then (here a profile hook standing
+    for another thread or a finalizer) that empties the attributes being
+    written must leave the text as json.dumps makes it: json holds what it
+    walks; the encoder, walking containers it holds no reference to, would
+    write a freed dict.  On older interpreters no Python code runs and the
+    two agree trivially."""
+    set_digits = getattr(sys, "set_int_max_str_digits", None)
+    limit = sys.get_int_max_str_digits() if set_digits else 0
+
+    def events():
+        attributes = {"outer": {"k": 7**20000, "j": 1, "l": [1, 2]}, "after": "x"}
+        return attributes, [{"name": "e", "time_unix_nano": 1, "attributes": attributes}]
+
+    def under_hook(write):
+        attributes, items = events()
+
+        def hook(frame, event, arg):
+            if event == "call" and frame.f_code.co_name == "int_to_decimal_string":
+                sys.setprofile(None)
+                attributes.clear()
+                gc.collect()
+
+        sys.setprofile(hook)
+        try:
+            return write(items)
+        finally:
+            sys.setprofile(None)
+
+    if set_digits:
+        set_digits(0)
+    try:
+        expected = under_hook(_extras.events_json)
+        got = under_hook(lambda items: encoded("v0.5", span_with(events=items))[9]["events"])
+    finally:
+        if set_digits:
+            set_digits(limit)
+    assert '"j": 1' in expected
+    assert got == expected
