@@ -365,3 +365,129 @@ def test_python_code_run_by_a_long_int_repr_changes_nothing_written():
             set_digits(limit)
     assert '"j": 1' in expected
     assert got == expected
+
+
+# ---------------------------------------------------------------------------
+# The three ways in: each writes what encode_traces writes, and a trace that
+# fails after links or events were written (in C, or declined and handed to
+# _extras) leaves a buffered encoder as it was.
+
+ENCODINGS = [("v0.4", {}), ("v0.4", {"native_span_events": True}), ("v0.5", {})]
+
+
+class RaisingLink(LinkObject):
+    def to_dict(self):
+        raise RuntimeError("to_dict failed")
+
+
+def links_and_events_trace(trace_id, declined=False, failing=False):
+    """Three spans with links and events (plain ones: C writes them; or with a
+    str subclass: declined), the last one's link raising if `failing`."""
+    text = TextSubclass("declined") if declined else "plain"
+    spans = []
+    for number in range(3):
+        link = LinkObject({"trace_id": "%032x" % (2**70 + number), "span_id": "%016x" % (number + 1),
+                           "attributes": {"k": text}, "tracestate": "ts", "flags": 1})
+        event = {"name": "event-%d" % number, "time_unix_nano": number,
+                 "attributes": {"a": text, "n": [1, 2.5, True], "i": -number}}
+        span = span_with(trace_id=trace_id, span_id=number + 1, links=[link, link], events=[event],
+                         meta={"own-%d-%d" % (trace_id, number): "v"})
+        spans.append(span)
+    if failing:
+        spans[-1]["links"] = [spans[0]["links"][0], RaisingLink({})]
+    return spans
+
+
+@pytest.mark.parametrize("version,options", ENCODINGS)
+@pytest.mark.parametrize("declined", [False, True])
+def test_every_entry_point_writes_the_same_links_and_events(version, options, declined):
+    traces = [links_and_events_trace(10 + i, declined=declined) for i in range(3)]
+    expected = spanpack.TraceMsgPackEncoder(version, **options).encode_traces(traces)
+    encoder = spanpack.TraceMsgPackEncoder(version, **options)
+    assert encoder.join_encoded([encoder.encode_trace(trace) for trace in traces]) == expected
+    for trace in traces:
+        encoder.put(trace)
+    assert encoder.encode() == [(expected, len(traces))]
+
+
+@pytest.mark.parametrize("version,options", ENCODINGS)
+@pytest.mark.parametrize("declined", [False, True])
+def test_trace_failing_after_links_and_events_leaves_the_buffer_as_it_was(version, options, declined):
+    before = [links_and_events_trace(10 + i, declined=declined) for i in range(2)]
+    after = [links_and_events_trace(20, declined=not declined)]
+    encoder = spanpack.TraceMsgPackEncoder(version, **options)
+    for trace in before:
+        encoder.put(trace)
+    state = (encoder.size, len(encoder))
+    with pytest.raises(RuntimeError, match="to_dict failed"):
+        encoder.put(links_and_events_trace(30, declined=declined, failing=True))
+    assert (encoder.size, len(encoder)) == state
+    with pytest.raises(RuntimeError, match="to_dict failed"):
+        encoder.encode_trace(links_and_events_trace(30, declined=declined, failing=True))
+    for trace in after:
+        encoder.put(trace)
+    expected = spanpack.TraceMsgPackEncoder(version, **options).encode_traces(before + after)
+    assert encoder.encode() == [(expected, len(before) + len(after))]
+
+
+# ---------------------------------------------------------------------------
+# Reading one item runs Python code (to_dict(), getters) that may change what
+# an earlier item gave.  _extras's JSON is json.dumps of every item's fields,
+# all read first; its v0.4 forms convert each item before reading the next.
+
+
+def events_where_reading_the_second_changes_the_first():
+    first_attributes = {"state": "before"}
+
+    class LateEvent:
+        time_unix_nano = 2
+        attributes = {"b": 1}
+
+        @property
+        def name(self):
+            first_attributes["state"] = "after"  # e.g. an event finished lazily
+            first_attributes["new"] = 2
+            return "second"
+
+    return [{"name": "first", "time_unix_nano": 1, "attributes": first_attributes}, LateEvent()]
+
+
+def links_where_reading_the_second_changes_the_first():
+    first = {"trace_id": "%032x" % 5, "span_id": "%016x" % 6, "tracestate": "before"}
+
+    class SharedLink(LinkObject):
+        def to_dict(self):
+            first["tracestate"] = "after"
+            first["attributes"] = {"added": "later"}
+            return super().to_dict()
+
+    class FirstLink(LinkObject):
+        def to_dict(self):
+            return first  # not a copy: changed by the second link's to_dict()
+
+    return [FirstLink({}), SharedLink({"trace_id": "%032x" % 7, "span_id": "%016x" % 8})]
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_events_json_sees_every_event_as_read_before_any_is_written(version):
+    expected = _extras.events_json(events_where_reading_the_second_changes_the_first())
+    assert '"state": "after"' in expected
+    got = encoded(version, span_with(events=events_where_reading_the_second_changes_the_first()))
+    assert (got["meta"] if version == "v0.4" else got[9])["events"] == expected
+
+
+def test_links_json_sees_every_link_as_read_before_any_is_written():
+    expected = _extras.links_json(links_where_reading_the_second_changes_the_first())
+    assert '"tracestate": "after"' in expected
+    got = encoded("v0.5", span_with(links=links_where_reading_the_second_changes_the_first()))
+    assert got[9]["_dd.span_links"] == expected
+
+
+def test_v04_forms_convert_each_item_before_reading_the_next():
+    expected = reference(_extras.events_for_v04, events_where_reading_the_second_changes_the_first(), pack=True)
+    got = encoded("v0.4", span_with(events=events_where_reading_the_second_changes_the_first()),
+                  native_span_events=True)
+    assert packed(got["span_events"]) == expected
+    expected = reference(_extras.links_for_v04, links_where_reading_the_second_changes_the_first(), pack=True)
+    got = encoded("v0.4", span_with(links=links_where_reading_the_second_changes_the_first()))
+    assert packed(got["span_links"]) == expected
