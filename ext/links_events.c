@@ -581,9 +581,9 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
         return WRITE_DECLINED;
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(items), held = 0;
-    ItemFields one;
-    ItemFields *read = &one;
-    if (read_all && count > 1) {
+    ItemFields few[4]; /* most spans have one or two links or events */
+    ItemFields *read = few;
+    if (read_all && count > (Py_ssize_t)Py_ARRAY_LENGTH(few)) {
         read = PyMem_Calloc((size_t)count, sizeof(ItemFields));
         if (read == NULL) {
             PyErr_NoMemory();
@@ -596,7 +596,7 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
             written = WRITE_DECLINED;
             break;
         }
-        ItemFields *fields = read_all ? &read[i] : &one;
+        ItemFields *fields = &read[read_all ? i : 0];
         PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(items, i));
         written = item_fields_read(w, item, put_link != NULL, fields);
         Py_DECREF(item);
@@ -624,7 +624,7 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
     for (Py_ssize_t i = 0; i < held; i++) {
         item_fields_clear(&read[i]);
     }
-    if (read != &one) {
+    if (read != few) {
         PyMem_Free(read);
     }
     return written;

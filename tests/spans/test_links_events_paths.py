@@ -491,3 +491,51 @@ def test_v04_forms_convert_each_item_before_reading_the_next():
     expected = reference(_extras.links_for_v04, links_where_reading_the_second_changes_the_first(), pack=True)
     got = encoded("v0.4", span_with(links=links_where_reading_the_second_changes_the_first()))
     assert packed(got["span_links"]) == expected
+
+
+class HookLink(LinkObject):
+    """A link whose to_dict() runs `hook` (once) first."""
+
+    def __init__(self, fields, hook=None):
+        super().__init__(fields)
+        self._hook = hook
+
+    def to_dict(self):
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            hook()
+        return super().to_dict()
+
+
+def hooked_links_trace(trace_id, hook=None, declined=False):
+    """links_and_events_trace with the middle span's first link running `hook`."""
+    spans = links_and_events_trace(trace_id, declined=declined)
+    first = spans[1]["links"][0]
+    spans[1]["links"] = [HookLink(first._fields, hook)] + spans[1]["links"][1:]
+    return spans
+
+
+@pytest.mark.parametrize("version,options", ENCODINGS)
+@pytest.mark.parametrize("declined", [False, True])
+def test_put_and_encode_from_to_dict_mid_trace(version, options, declined):
+    """to_dict() is span code: a put() or an encode() it makes on the same
+    encoder, while this trace's links are being written (in C, or declined
+    and handed to _extras), gives what those calls give in that order."""
+    def fresh():
+        return spanpack.TraceMsgPackEncoder(version, **options)
+
+    before = [links_and_events_trace(10 + i) for i in range(2)]
+    inner = links_and_events_trace(15, declined=not declined)
+    encoder = fresh()
+    for trace in before:
+        encoder.put(trace)
+    encoder.put(hooked_links_trace(16, lambda: encoder.put(inner), declined=declined))
+    expected = fresh().encode_traces(before + [inner, links_and_events_trace(16, declined=declined)])
+    assert encoder.encode() == [(expected, len(before) + 2)]
+
+    flushed = []
+    for trace in before:
+        encoder.put(trace)
+    encoder.put(hooked_links_trace(16, lambda: flushed.extend(encoder.encode()), declined=declined))
+    assert flushed == [(fresh().encode_traces(before), len(before))]
+    assert encoder.encode() == [(fresh().encode_traces([links_and_events_trace(16, declined=declined)]), 1)]
