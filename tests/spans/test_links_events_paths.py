@@ -343,9 +343,11 @@ def test_python_code_run_by_a_long_int_repr_changes_nothing_written():
     def under_hook(write):
         attributes, items = events()
 
+        previous = sys.getprofile()
+
         def hook(frame, event, arg):
             if event == "call" and frame.f_code.co_name == "int_to_decimal_string":
-                sys.setprofile(None)
+                sys.setprofile(previous)
                 attributes.clear()
                 gc.collect()
 
@@ -353,7 +355,7 @@ def test_python_code_run_by_a_long_int_repr_changes_nothing_written():
         try:
             return write(items)
         finally:
-            sys.setprofile(None)
+            sys.setprofile(previous)
 
     if set_digits:
         set_digits(0)
