@@ -1,7 +1,7 @@
 /* JSON text as json.dumps writes it by default (see jsontext.h).  The rules
  * are those of CPython's json encoder (Lib/json/encoder.py, Modules/_json.c):
- * str escaped to ASCII, int and float by int.__repr__ and float.__repr__
- * whatever their class, NaN and the infinities by name, lists, tuples and
+ * str escaped to ASCII, int (within 64 bits) and float by int.__repr__ and
+ * float.__repr__ whatever their class, NaN and the infinities by name, lists, tuples and
  * dicts in their own order. */
 #include "jsontext.h"
 
@@ -115,45 +115,50 @@ write_json_str(OutBuf *out, PyObject *str)
     return 0;
 }
 
-/* The text of a str made by a repr (ASCII), appended. */
-static int
-write_repr_text(OutBuf *out, PyObject *text)
-{
-    if (text == NULL) {
-        return -1;
-    }
-    Py_ssize_t size;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &size);
-    int result = utf8 == NULL ? -1 : outbuf_write(out, utf8, size);
-    Py_DECREF(text);
-    return result;
-}
-
+/* An int in [-2**63, 2**64) as int.__repr__ writes it, whatever its class (json
+ * calls int's own repr, never a subclass's): 1.  Declined (0) beyond that:
+ * int.__repr__ may refuse (sys.set_int_max_str_digits), its error then naming
+ * no span, and from CPython 3.12 a long one runs Python code (_pylong), during
+ * which the containers being walked here, held without references, could
+ * change or be freed.  json.dumps takes such an int whole. */
 static int
 write_json_int(OutBuf *out, PyObject *value)
 {
     int overflow = 0;
+    int negative = 0;
+    unsigned long long magnitude;
     long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
     if (small == -1 && PyErr_Occurred()) {
         return -1;
     }
     if (overflow == 0) {
-        /* Decimal digits, last first (snprintf costs several times more). */
-        char digits[24];
-        char *end = digits + sizeof digits, *p = end;
-        unsigned long long magnitude =
-            small < 0 ? 0ULL - (unsigned long long)small : (unsigned long long)small;
-        do {
-            *--p = (char)('0' + magnitude % 10);
-            magnitude /= 10;
-        } while (magnitude != 0);
-        if (small < 0) {
-            *--p = '-';
-        }
-        return outbuf_write(out, p, end - p);
+        negative = small < 0;
+        magnitude = negative ? 0ULL - (unsigned long long)small : (unsigned long long)small;
     }
-    /* json calls int's own repr, never a subclass's. */
-    return write_repr_text(out, PyLong_Type.tp_repr(value));
+    else if (overflow > 0) {
+        magnitude = PyLong_AsUnsignedLongLong(value);
+        if (magnitude == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                return -1;
+            }
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    else {
+        return 0;
+    }
+    /* Decimal digits, last first (snprintf costs several times more). */
+    char digits[24];
+    char *end = digits + sizeof digits, *p = end;
+    do {
+        *--p = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude != 0);
+    if (negative) {
+        *--p = '-';
+    }
+    return outbuf_write(out, p, end - p) < 0 ? -1 : 1;
 }
 
 static int
@@ -237,7 +242,7 @@ json_text_write(OutBuf *out, PyObject *value, int depth)
         return write_json_str(out, value) < 0 ? -1 : 1;
     }
     if (PyLong_Check(value)) {
-        return write_json_int(out, value) < 0 ? -1 : 1;
+        return write_json_int(out, value);
     }
     if (PyFloat_Check(value)) {
         return write_json_float(out, value) < 0 ? -1 : 1;

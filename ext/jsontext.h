@@ -12,12 +12,12 @@
 /* Append the JSON text of `value` to `out`, byte for byte what
  * json.dumps(value) returns (ensure_ascii, ", " and ": " separators, NaN and
  * Infinity as json writes them).  Written here: None, True, False, str and
- * its subclasses, int and float and their subclasses (json reads their
- * values without calling a method), exact list, tuple and dict with str
+ * its subclasses, int in [-2**63, 2**64) and float and their subclasses
+ * (json reads their values without calling a method), exact list, tuple and dict with str
  * keys.  1: written; 0: declined, nothing raised, because `value` holds
  * something whose text only json.dumps can say (a dict subclass, a key it
- * would convert or refuse, an object it would refuse, deeper nesting than
- * JSON_TEXT_MAX_DEPTH); the caller discards what was appended and asks
+ * would convert or refuse, an object it would refuse, a larger int, deeper
+ * nesting than JSON_TEXT_MAX_DEPTH); the caller discards what was appended and asks
  * json.dumps.  -1: an error raised (memory). */
 int json_text_write(OutBuf *out, PyObject *value, int depth);
 

@@ -538,45 +538,94 @@ json_put_link(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index)
 typedef int (*LinkPutFn)(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index);
 typedef int (*EventPutFn)(SpanWriter *w, OutBuf *out, const EventFields *fields, Py_ssize_t index);
 
-/* Each item of an exact list or tuple, read by `read` and written by
- * `put` (one of the two is set).  Reading runs Python code (to_dict(),
- * getters) that could change the list: its length is checked before each
- * item and at the end, and a change declines. */
+/* What one item gave: a link's to_dict() (links), or an event's fields. */
+typedef struct {
+    PyObject *link;
+    EventFields event;
+} ItemFields;
+
 static int
-put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventPutFn put_event)
+item_fields_read(SpanWriter *w, PyObject *item, int is_link, ItemFields *fields)
+{
+    fields->link = NULL;
+    fields->event.name = fields->event.time = fields->event.attributes = NULL;
+    return is_link ? link_fields(w, item, &fields->link)
+                   : event_fields_read(w, item, &fields->event);
+}
+
+static void
+item_fields_clear(ItemFields *fields)
+{
+    Py_CLEAR(fields->link);
+    event_fields_clear(&fields->event);
+}
+
+/* Each item of an exact list or tuple, read (link_fields, event_fields_read)
+ * and written by `put_link` or `put_event` (one of the two is set).  Reading
+ * runs Python code (to_dict(), getters) that could change the list: its
+ * length is checked before each item and at the end, and a change declines.
+ *
+ * That code could also change what an earlier item gave (its attributes
+ * dict).  spanpack._extras's v0.4 forms convert each item before reading the
+ * next, as this does item by item; its JSON is json.dumps of the list of
+ * every item's fields, made before any is written.  So with `read_all` (JSON)
+ * every item is read first and then all are written (writing runs no Python
+ * code). */
+static int
+put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventPutFn put_event,
+         int read_all)
 {
     if (!PyList_CheckExact(items) && !PyTuple_CheckExact(items)) {
         return WRITE_DECLINED;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (PySequence_Fast_GET_SIZE(items) != count) {
-            return WRITE_DECLINED;
-        }
-        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(items, i));
-        int written;
-        if (put_link != NULL) {
-            PyObject *fields;
-            written = link_fields(w, item, &fields);
-            if (written == WRITE_DONE) {
-                written = put_link(w, out, fields, i);
-                Py_DECREF(fields);
-            }
-        }
-        else {
-            EventFields fields;
-            written = event_fields_read(w, item, &fields);
-            if (written == WRITE_DONE) {
-                written = put_event(w, out, &fields, i);
-                event_fields_clear(&fields);
-            }
-        }
-        Py_DECREF(item);
-        if (written != WRITE_DONE) {
-            return written;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items), held = 0;
+    ItemFields few[4]; /* most spans have one or two links or events */
+    ItemFields *read = few;
+    if (read_all && count > (Py_ssize_t)Py_ARRAY_LENGTH(few)) {
+        read = PyMem_Calloc((size_t)count, sizeof(ItemFields));
+        if (read == NULL) {
+            PyErr_NoMemory();
+            return WRITE_ERROR;
         }
     }
-    return PySequence_Fast_GET_SIZE(items) == count ? WRITE_DONE : WRITE_DECLINED;
+    int written = WRITE_DONE;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PySequence_Fast_GET_SIZE(items) != count) {
+            written = WRITE_DECLINED;
+            break;
+        }
+        ItemFields *fields = &read[read_all ? i : 0];
+        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(items, i));
+        written = item_fields_read(w, item, put_link != NULL, fields);
+        Py_DECREF(item);
+        if (written != WRITE_DONE) {
+            break;
+        }
+        if (read_all) {
+            held = i + 1;
+            continue;
+        }
+        written = put_link != NULL ? put_link(w, out, fields->link, i)
+                                   : put_event(w, out, &fields->event, i);
+        item_fields_clear(fields);
+        if (written != WRITE_DONE) {
+            break;
+        }
+    }
+    if (written == WRITE_DONE && PySequence_Fast_GET_SIZE(items) != count) {
+        written = WRITE_DECLINED;
+    }
+    for (Py_ssize_t i = 0; i < held && written == WRITE_DONE; i++) {
+        written = put_link != NULL ? put_link(w, out, read[i].link, i)
+                                   : put_event(w, out, &read[i].event, i);
+    }
+    for (Py_ssize_t i = 0; i < held; i++) {
+        item_fields_clear(&read[i]);
+    }
+    if (read != few) {
+        PyMem_Free(read);
+    }
+    return written;
 }
 
 static int
@@ -610,7 +659,7 @@ v04_write_list(SpanWriter *w, PyObject *items, LinkPutFn put_link, EventPutFn pu
     if (count < 0 || mp_write_array_header(w->out, count) < 0) {
         return -1;
     }
-    int written = put_each(w, w->out, items, put_link, put_event);
+    int written = put_each(w, w->out, items, put_link, put_event, 0);
     if (written != WRITE_DECLINED) {
         return written == WRITE_DONE ? 0 : -1;
     }
@@ -642,7 +691,7 @@ json_list(SpanWriter *w, PyObject *items, LinkPutFn put_link, EventPutFn put_eve
     }
     int written = json_put(&text, "[", 1);
     if (written == WRITE_DONE) {
-        written = put_each(w, &text, items, put_link, put_event);
+        written = put_each(w, &text, items, put_link, put_event, 1);
     }
     if (written == WRITE_DONE) {
         written = json_put(&text, "]", 1);

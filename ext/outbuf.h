@@ -88,6 +88,7 @@ copy_bytes(char *dst, const char *src, Py_ssize_t size)
     else if (size >= 4 && size < 8) {
         uint32_t head, tail;
         memcpy(&head, src, 4);
+        // cppcheck-suppress pointerOutOfBoundsCond ; size >= 4 here
         memcpy(&tail, src + size - 4, 4);
         memcpy(dst, &head, 4);
         memcpy(dst + size - 4, &tail, 4);

@@ -19,7 +19,9 @@ subclasses, keys json would convert, text long enough to be cut, ints beyond
 characters, ids that are not 32 hex digits.
 """
 
+import gc
 import math
+import sys
 import types
 
 import pytest
@@ -293,3 +295,249 @@ def test_to_dict_error_names_the_span_field(version):
     error = encoded(version, span_with(links=[Broken({})]))
     assert isinstance(error, RuntimeError)
     assert "trace 0, span 0, field links" in error.__notes__[0]
+
+
+def test_json_ints_at_the_64_bit_bounds_are_json_dumps():
+    """Ints within 64 bits are written in C, larger ones by json.dumps: both
+    sides of each bound, for int and an int subclass (whose own repr json
+    never calls)."""
+    bounds = [2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1]
+    for value in bounds + [IntSubclass(value) for value in bounds]:
+        items = [{"name": "e", "time_unix_nano": value, "attributes": {"k": [value]}}]
+        assert encoded("v0.5", span_with(events=items))[9]["events"] == _extras.events_json(items), value
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_int_json_cannot_write_names_the_span_field(version):
+    """An int too long for int.__repr__ (sys.set_int_max_str_digits): the
+    error json.dumps raises, located like any other."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if not limit:
+        pytest.skip("no limit on int digits in this interpreter")
+    huge = 7 ** (limit * 2)  # more than `limit` decimal digits
+    expected = reference(_extras.events_json, [{"name": "e", "time_unix_nano": 1, "attributes": {"k": huge}}])
+    assert isinstance(expected, ValueError)
+    error = encoded(version, span_with(events=[{"name": "e", "time_unix_nano": 1, "attributes": {"k": huge}}]))
+    assert isinstance(error, ValueError) and str(expected) in str(error)
+    assert "trace 0, span 0, events" in str(error)
+    fields = {"trace_id": "%032x" % 5, "span_id": "%016x" % 6, "tracestate": huge}
+    error = encoded("v0.5", span_with(links=[LinkObject(fields)]))
+    assert isinstance(error, ValueError) and "trace 0, span 0, links" in str(error)
+
+
+def test_python_code_run_by_a_long_int_repr_changes_nothing_written():
+    """From CPython 3.12 the repr of an int of more than about 9,000 digits
+    runs Python code (_pylong).  Code run then (here a profile hook standing
+    for another thread or a finalizer) that empties the attributes being
+    written must leave the text as json.dumps makes it: json holds what it
+    walks; the encoder, walking containers it holds no reference to, would
+    write a freed dict.  On older interpreters no Python code runs and the
+    two agree trivially."""
+    set_digits = getattr(sys, "set_int_max_str_digits", None)
+    limit = sys.get_int_max_str_digits() if set_digits else 0
+
+    def events():
+        attributes = {"outer": {"k": 7**20000, "j": 1, "l": [1, 2]}, "after": "x"}
+        return attributes, [{"name": "e", "time_unix_nano": 1, "attributes": attributes}]
+
+    def under_hook(write):
+        attributes, items = events()
+
+        previous = sys.getprofile()
+
+        def hook(frame, event, arg):
+            if event == "call" and frame.f_code.co_name == "int_to_decimal_string":
+                sys.setprofile(previous)
+                attributes.clear()
+                gc.collect()
+
+        sys.setprofile(hook)
+        try:
+            return write(items)
+        finally:
+            sys.setprofile(previous)
+
+    if set_digits:
+        set_digits(0)
+    try:
+        expected = under_hook(_extras.events_json)
+        got = under_hook(lambda items: encoded("v0.5", span_with(events=items))[9]["events"])
+    finally:
+        if set_digits:
+            set_digits(limit)
+    assert '"j": 1' in expected
+    assert got == expected
+
+
+# ---------------------------------------------------------------------------
+# The three ways in: each writes what encode_traces writes, and a trace that
+# fails after links or events were written (in C, or declined and handed to
+# _extras) leaves a buffered encoder as it was.
+
+ENCODINGS = [("v0.4", {}), ("v0.4", {"native_span_events": True}), ("v0.5", {})]
+
+
+class RaisingLink(LinkObject):
+    def to_dict(self):
+        raise RuntimeError("to_dict failed")
+
+
+def links_and_events_trace(trace_id, declined=False, failing=False):
+    """Three spans with links and events (plain ones: C writes them; or with a
+    str subclass: declined), the last one's link raising if `failing`."""
+    text = TextSubclass("declined") if declined else "plain"
+    spans = []
+    for number in range(3):
+        link = LinkObject({"trace_id": "%032x" % (2**70 + number), "span_id": "%016x" % (number + 1),
+                           "attributes": {"k": text}, "tracestate": "ts", "flags": 1})
+        event = {"name": "event-%d" % number, "time_unix_nano": number,
+                 "attributes": {"a": text, "n": [1, 2.5, True], "i": -number}}
+        span = span_with(trace_id=trace_id, span_id=number + 1, links=[link, link], events=[event],
+                         meta={"own-%d-%d" % (trace_id, number): "v"})
+        spans.append(span)
+    if failing:
+        spans[-1]["links"] = [spans[0]["links"][0], RaisingLink({})]
+    return spans
+
+
+@pytest.mark.parametrize("version,options", ENCODINGS)
+@pytest.mark.parametrize("declined", [False, True])
+def test_every_entry_point_writes_the_same_links_and_events(version, options, declined):
+    traces = [links_and_events_trace(10 + i, declined=declined) for i in range(3)]
+    expected = spanpack.TraceMsgPackEncoder(version, **options).encode_traces(traces)
+    encoder = spanpack.TraceMsgPackEncoder(version, **options)
+    assert encoder.join_encoded([encoder.encode_trace(trace) for trace in traces]) == expected
+    for trace in traces:
+        encoder.put(trace)
+    assert encoder.encode() == [(expected, len(traces))]
+
+
+@pytest.mark.parametrize("version,options", ENCODINGS)
+@pytest.mark.parametrize("declined", [False, True])
+def test_trace_failing_after_links_and_events_leaves_the_buffer_as_it_was(version, options, declined):
+    before = [links_and_events_trace(10 + i, declined=declined) for i in range(2)]
+    after = [links_and_events_trace(20, declined=not declined)]
+    encoder = spanpack.TraceMsgPackEncoder(version, **options)
+    for trace in before:
+        encoder.put(trace)
+    state = (encoder.size, len(encoder))
+    with pytest.raises(RuntimeError, match="to_dict failed"):
+        encoder.put(links_and_events_trace(30, declined=declined, failing=True))
+    assert (encoder.size, len(encoder)) == state
+    with pytest.raises(RuntimeError, match="to_dict failed"):
+        encoder.encode_trace(links_and_events_trace(30, declined=declined, failing=True))
+    for trace in after:
+        encoder.put(trace)
+    expected = spanpack.TraceMsgPackEncoder(version, **options).encode_traces(before + after)
+    assert encoder.encode() == [(expected, len(before) + len(after))]
+
+
+# ---------------------------------------------------------------------------
+# Reading one item runs Python code (to_dict(), getters) that may change what
+# an earlier item gave.  _extras's JSON is json.dumps of every item's fields,
+# all read first; its v0.4 forms convert each item before reading the next.
+
+
+def events_where_reading_the_second_changes_the_first():
+    first_attributes = {"state": "before"}
+
+    class LateEvent:
+        time_unix_nano = 2
+        attributes = {"b": 1}
+
+        @property
+        def name(self):
+            first_attributes["state"] = "after"  # e.g. an event finished lazily
+            first_attributes["new"] = 2
+            return "second"
+
+    return [{"name": "first", "time_unix_nano": 1, "attributes": first_attributes}, LateEvent()]
+
+
+def links_where_reading_the_second_changes_the_first():
+    first = {"trace_id": "%032x" % 5, "span_id": "%016x" % 6, "tracestate": "before"}
+
+    class SharedLink(LinkObject):
+        def to_dict(self):
+            first["tracestate"] = "after"
+            first["attributes"] = {"added": "later"}
+            return super().to_dict()
+
+    class FirstLink(LinkObject):
+        def to_dict(self):
+            return first  # not a copy: changed by the second link's to_dict()
+
+    return [FirstLink({}), SharedLink({"trace_id": "%032x" % 7, "span_id": "%016x" % 8})]
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_events_json_sees_every_event_as_read_before_any_is_written(version):
+    expected = _extras.events_json(events_where_reading_the_second_changes_the_first())
+    assert '"state": "after"' in expected
+    got = encoded(version, span_with(events=events_where_reading_the_second_changes_the_first()))
+    assert (got["meta"] if version == "v0.4" else got[9])["events"] == expected
+
+
+def test_links_json_sees_every_link_as_read_before_any_is_written():
+    expected = _extras.links_json(links_where_reading_the_second_changes_the_first())
+    assert '"tracestate": "after"' in expected
+    got = encoded("v0.5", span_with(links=links_where_reading_the_second_changes_the_first()))
+    assert got[9]["_dd.span_links"] == expected
+
+
+def test_v04_forms_convert_each_item_before_reading_the_next():
+    expected = reference(_extras.events_for_v04, events_where_reading_the_second_changes_the_first(), pack=True)
+    got = encoded("v0.4", span_with(events=events_where_reading_the_second_changes_the_first()),
+                  native_span_events=True)
+    assert packed(got["span_events"]) == expected
+    expected = reference(_extras.links_for_v04, links_where_reading_the_second_changes_the_first(), pack=True)
+    got = encoded("v0.4", span_with(links=links_where_reading_the_second_changes_the_first()))
+    assert packed(got["span_links"]) == expected
+
+
+class HookLink(LinkObject):
+    """A link whose to_dict() runs `hook` (once) first."""
+
+    def __init__(self, fields, hook=None):
+        super().__init__(fields)
+        self._hook = hook
+
+    def to_dict(self):
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            hook()
+        return super().to_dict()
+
+
+def hooked_links_trace(trace_id, hook=None, declined=False):
+    """links_and_events_trace with the middle span's first link running `hook`."""
+    spans = links_and_events_trace(trace_id, declined=declined)
+    first = spans[1]["links"][0]
+    spans[1]["links"] = [HookLink(first._fields, hook)] + spans[1]["links"][1:]
+    return spans
+
+
+@pytest.mark.parametrize("version,options", ENCODINGS)
+@pytest.mark.parametrize("declined", [False, True])
+def test_put_and_encode_from_to_dict_mid_trace(version, options, declined):
+    """to_dict() is span code: a put() or an encode() it makes on the same
+    encoder, while this trace's links are being written (in C, or declined
+    and handed to _extras), gives what those calls give in that order."""
+    def fresh():
+        return spanpack.TraceMsgPackEncoder(version, **options)
+
+    before = [links_and_events_trace(10 + i) for i in range(2)]
+    inner = links_and_events_trace(15, declined=not declined)
+    encoder = fresh()
+    for trace in before:
+        encoder.put(trace)
+    encoder.put(hooked_links_trace(16, lambda: encoder.put(inner), declined=declined))
+    expected = fresh().encode_traces(before + [inner, links_and_events_trace(16, declined=declined)])
+    assert encoder.encode() == [(expected, len(before) + 2)]
+
+    flushed = []
+    for trace in before:
+        encoder.put(trace)
+    encoder.put(hooked_links_trace(16, lambda: flushed.extend(encoder.encode()), declined=declined))
+    assert flushed == [(fresh().encode_traces(before), len(before))]
+    assert encoder.encode() == [(fresh().encode_traces([links_and_events_trace(16, declined=declined)]), 1)]
