@@ -631,6 +631,8 @@ done:
     return result;
 }
 
+static void write_payload(OutBuf *out, const Extracted *x);
+
 /* extract(traces) -> capsule: the spans' values in C arrays, for write_v04. */
 static PyObject *
 extract(PyObject *module, PyObject *traces)
@@ -673,6 +675,15 @@ extract(PyObject *module, PyObject *traces)
             x->span_count++;
         }
     }
+    /* The payload's exact size, so that write_v04 fills a bytes object of
+     * that size and hands it over as it is (no resize, no copy). */
+    OutBuf sizing;
+    if (outbuf_init_raw(&sizing, (Py_ssize_t)x->bound) < 0) {
+        goto error;
+    }
+    write_payload(&sizing, x);
+    x->bound = (size_t)outbuf_len(&sizing);
+    outbuf_free(&sizing);
     PyObject *capsule = PyCapsule_New(x, "readfloor.extracted", extracted_capsule_free);
     if (capsule == NULL) {
         goto error;
@@ -692,7 +703,7 @@ static inline void
 put_text(OutBuf *out, const char *arena, Text text)
 {
     mp_put_str_header(out, text.size, 1);
-    memcpy(out->pos, arena + text.offset, text.size);
+    copy_bytes(out->pos, arena + text.offset, text.size); /* as spanpack copies */
     out->pos += text.size;
 }
 
@@ -757,6 +768,20 @@ put_span(OutBuf *out, const Extracted *x, uint64_t trace_id, const FlatSpan *spa
     }
 }
 
+/* The payload into `out`, which has room for x->bound bytes. */
+static void
+write_payload(OutBuf *out, const Extracted *x)
+{
+    mp_put_array_header(out, (uint32_t)x->trace_count);
+    for (size_t t = 0; t < x->trace_count; t++) {
+        const FlatTrace *trace = &x->traces[t];
+        mp_put_array_header(out, (uint32_t)trace->span_count);
+        for (size_t s = 0; s < trace->span_count; s++) {
+            put_span(out, x, trace->trace_id, &x->spans[trace->first_span + s]);
+        }
+    }
+}
+
 /* write_v04(extracted) -> bytes: the v0.4 payload of the extracted traces. */
 static PyObject *
 write_v04(PyObject *module, PyObject *capsule)
@@ -770,14 +795,7 @@ write_v04(PyObject *module, PyObject *capsule)
     if (outbuf_init_bytes(&out, (Py_ssize_t)x->bound) < 0) {
         return NULL;
     }
-    mp_put_array_header(&out, (uint32_t)x->trace_count);
-    for (size_t t = 0; t < x->trace_count; t++) {
-        const FlatTrace *trace = &x->traces[t];
-        mp_put_array_header(&out, (uint32_t)trace->span_count);
-        for (size_t s = 0; s < trace->span_count; s++) {
-            put_span(&out, x, trace->trace_id, &x->spans[trace->first_span + s]);
-        }
-    }
+    write_payload(&out, x);
     PyObject *payload = outbuf_finish_bytes(&out);
     if (payload == NULL) {
         outbuf_free(&out);
