@@ -130,3 +130,5 @@ def test_user_class_shapes_build_fresh_spans_with_values_of_their_own():
 def test_user_class_table_says_spans_are_fresh_and_labels_re_encoding():
     assert "fresh spans" in bench.USER_CLASSES_TITLE and "re-encoding" in bench.USER_CLASSES_TITLE
     assert "re-encoded" in bench.REENCODED
+    # the sample shapes, which are encoded again every call, are said to be
+    assert "re-encoded" in bench.SAMPLES_NOTE and "fresh" in bench.SAMPLES_NOTE

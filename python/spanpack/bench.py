@@ -31,11 +31,17 @@ v1.0 payloads
 Ratios are "contender time / spanpack time" on the same shape and version
 (above 1: spanpack is faster).
 
+The sample shapes are re-encoded: every timed call encodes the same
+objects again (the bench says so in its output).
+
 Then span classes of one's own (:mod:`spanpack.user_spans`: ``__slots__``
 with only the core fields, plain classes, dataclasses, attrs, msgspec
 Structs, a computed property, keys built per span, float metrics, unique
-values), spanpack on the objects themselves against msgspec on equivalent
-prebuilt Structs and ``msgpack.packb`` of a ``to_dict()`` per span.
+values) as a tracer encodes them: each timed call on 10 traces x 100 spans
+built for it alone (per-span resource, URL and host), encoded once;
+spanpack on the objects themselves against msgspec on equivalent Structs
+built beforehand and ``msgpack.packb`` of a ``to_dict()`` per span; then
+spanpack re-encoding one set, labelled so.
 
 Then, when ddtrace is installed, traces made by ddtrace's own tracer
 (:mod:`spanpack.ddtrace_shapes`: one span, a web span with 10 children, with
@@ -662,6 +668,11 @@ USER_CLASSES_TITLE = ("Your own span class, fresh spans (10 traces x 100 spans b
                       "spanpack v0.4 re-encoding the same objects, which a tracer never does:")
 
 
+SAMPLES_NOTE = ("The sample shapes below are re-encoded: every call encodes the same span objects again, "
+                "which a tracer never does; the span classes of one's own further down are fresh spans, "
+                "built for each call and encoded once.")
+
+
 def run_user_classes(quick: bool = False,
                      progress: Callable[[str], None] = lambda msg: None) -> str:
     """Time the span classes users write (spanpack.user_spans) on fresh
@@ -1011,6 +1022,7 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
              "quick" if args.quick else "full", elapsed, rounds_range(results)))
     print("x spanpack = contender time / spanpack encode_traces(slotted objects) time, "
           "same shape and version (above 1: spanpack faster)")
+    print(SAMPLES_NOTE)
     print()
     print(report(results))
     print()
