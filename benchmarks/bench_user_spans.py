@@ -1,84 +1,125 @@
-"""Span classes a tracer author writes, not only spanpack's samples.
+"""Span classes a tracer author writes, encoded as a tracer encodes them.
 
     pytest benchmarks/bench_user_spans.py --benchmark-only --benchmark-group-by=group
-    python benchmarks/bench_user_spans.py            # a table: per-span times and ratios
+    python benchmarks/bench_user_spans.py            # a table: per-span times, ratios, floors
 
 The shapes and contenders are ``spanpack.user_spans`` (also in ``python -m
-spanpack bench``); this adds the read floor (``benchmarks/readfloor``, a C
-helper built for the benchmarks only): every field spanpack reads, through
-the C API's generic attribute lookup, and every tag's key and value, with
-nothing written -- the cost no encoder of these objects avoids.
+spanpack bench``): every timed call encodes 10 traces x 100 spans made for it
+alone (new objects, per-span resource, URL and host), built outside the
+timing; msgspec encodes Structs built from them beforehand.  The re-encoding
+case (spanpack v0.4 on the same objects every call) is a column of its own,
+labelled so.
 
-No test asserts anything about timings.
+Two floors (``benchmarks/readfloor``, a C helper built for the benchmarks
+only) bound spanpack from below:
+
+- read floor: every field read the cheapest way spanpack could (slot
+  offsets, an instance's values array, a dict's entries and an int's digits
+  in place, through spanpack's own proven readers; a property through the
+  attribute lookup), every text's UTF-8 data, every tag entry; nothing written;
+- write floor: the same v0.4 bytes as spanpack's (checked byte for byte)
+  written from values extracted into C arrays beforehand (no CPython call per
+  field).
+
+spanpack's time over each floor, per shape, is what its reading and writing
+cost above the least any encoder of these objects must spend.  No test
+asserts anything about timings.
 """
 
 import os
 import sys
-import timeit
 
 import pytest
 
-from spanpack import user_spans
+from spanpack import bench, user_spans
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from readfloor.build import load as load_read_floor  # noqa: E402
 
 READ_FLOOR = load_read_floor()
-CONTENDERS = ["spanpack v0.4", "spanpack v0.5", "msgpack.packb(to_dict)", "msgspec Structs", "read floor"]
+REENCODED = bench.REENCODED
+CONTENDERS = ["spanpack v0.4", "spanpack v0.5", "msgpack.packb(to_dict)", "msgspec Structs", REENCODED,
+              "read floor", "write floor"]
 
 
-def contenders(spans):
-    """The encoders, checked to agree on the payload, then the read floor (which writes nothing)."""
-    found = user_spans.contenders(spans)
-    user_spans.check(found)
+def contenders():
+    """The encoders of user_spans, then the floors (when the helper built)."""
+    found = dict(user_spans.contenders())
     if READ_FLOOR is not None:
-        found["read floor"] = lambda: READ_FLOOR.read_traces([spans], user_spans.ALL)
+        found["read floor"] = user_spans.Contender(lambda traces: traces, READ_FLOOR.read_cheapest)
+        found["write floor"] = user_spans.Contender(READ_FLOOR.extract, READ_FLOOR.write_v04)
+    return found
+
+
+def checked(shape):
+    """The contenders, checked on a set of the shape's traces: the encoders
+    decode to spanpack's spans, the write floor gives spanpack's bytes."""
+    found = contenders()
+    traces = user_spans.traces(shape)
+    encoders = {name: c for name, c in found.items() if "floor" not in name}
+    user_spans.check(encoders, traces)
+    if "write floor" in found:
+        floor = found["write floor"]
+        if floor.encode(floor.prepare(traces)) != found["spanpack v0.4"].encode(traces):
+            raise AssertionError("the write floor's bytes are not spanpack's (%s)" % shape)
     return found
 
 
 @pytest.mark.parametrize("shape", list(user_spans.SHAPES))
 @pytest.mark.parametrize("contender", CONTENDERS)
 def test_user_span_class(benchmark, shape, contender):
-    spans = user_spans.SHAPES[shape]()
-    fns = contenders(spans)
+    fns = checked(shape)
+    if contender == REENCODED:
+        traces = user_spans.traces(shape)
+        encode = fns["spanpack v0.4"].encode
+        benchmark.group = "user class: " + shape
+        benchmark(encode, traces)
+        return
     if contender not in fns:
         pytest.skip("%s is not available" % contender)
+    chosen = fns[contender]
     benchmark.group = "user class: " + shape
     benchmark.extra_info["spans"] = user_spans.SPANS
-    benchmark(fns[contender])
+    benchmark.pedantic(chosen.encode, setup=lambda: ((chosen.prepare(user_spans.traces(shape)),), {}),
+                       rounds=200)
 
 
-ROUNDS = 21
+ROUNDS = 25
+
+
+def measure(shape):
+    """Seconds per span of each contender on `shape`, best of ROUNDS rounds
+    taking turns (a burst of load on a shared machine costs each a round)."""
+    fns = checked(shape)
+    budget = bench.Budget(round_time=0.02, max_rounds=ROUNDS, min_rounds=ROUNDS, max_time=0.0)
+    calls = [(lambda c=c: c.prepare(user_spans.traces(shape)), c.encode) for c in fns.values()]
+    again = user_spans.traces(shape)
+    encode_again = fns["spanpack v0.4"].encode
+    calls.append((lambda: again, encode_again))
+    timings = bench.measure_fresh(calls, budget)
+    return {name: t.best / user_spans.SPANS for name, t in zip([*fns, REENCODED], timings)}
 
 
 def main() -> int:
-    """Per-span times, best of ROUNDS rounds.
-
-    The contenders of a shape take turns round by round, so a burst of load
-    on a shared machine costs each of them a round, not one contender its
-    whole measurement.
-    """
-    rows = []
-    for shape, build in user_spans.SHAPES.items():
-        spans = build()
-        fns = contenders(spans)
-        numbers = {}
-        for name, fn in fns.items():
-            fn()
-            numbers[name] = max(1, int(0.01 / max(1e-7, timeit.timeit(fn, number=1))))
-        times = {name: float("inf") for name in fns}
-        for _ in range(ROUNDS):
-            for name, fn in fns.items():
-                elapsed = timeit.timeit(fn, number=numbers[name]) / numbers[name] / user_spans.SPANS
-                times[name] = min(times[name], elapsed)
-        rows.append((shape, times))
+    rows = [(shape, measure(shape)) for shape in user_spans.SHAPES]
     names = [n for n in CONTENDERS if n in rows[0][1]]
-    print("per span, best of %d interleaved rounds; ratio = contender / spanpack v0.4" % ROUNDS)
-    print("%-24s" % "shape" + "".join("%24s" % n for n in names))
+    print("fresh spans (10 traces x 100 spans built before each call), per span, best of %d interleaved "
+          "rounds; ratio = contender / spanpack v0.4" % ROUNDS)
+    print("%-22s" % "shape" + "".join("%23s" % n for n in names))
     for shape, times in rows:
         base = times["spanpack v0.4"]
         cells = ["%6.0f ns (%5.2fx)" % (times[n] * 1e9, times[n] / base) if n in times else "-" for n in names]
-        print("%-24s" % shape + "".join("%24s" % c for c in cells))
+        print("%-22s" % shape + "".join("%23s" % c for c in cells))
+    print()
+    print("| shape | spanpack v0.4 | msgspec / spanpack | spanpack / read floor | spanpack / write floor |")
+    print("| --- | --- | --- | --- | --- |")
+    for shape, times in rows:
+        base = times["spanpack v0.4"]
+        cells = ["%.0f ns" % (base * 1e9), "%.2f" % (times["msgspec Structs"] / base)
+                 if "msgspec Structs" in times else "-"]
+        cells += ["%.2f (%.0f ns)" % (base / times[n], times[n] * 1e9) if n in times else "-"
+                  for n in ("read floor", "write floor")]
+        print("| %s | %s |" % (shape, " | ".join(cells)))
     return 0
 
 

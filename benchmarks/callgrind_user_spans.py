@@ -2,10 +2,12 @@
 
     python benchmarks/callgrind_user_spans.py                 # every shape of spanpack.user_spans
     python benchmarks/callgrind_user_spans.py --shapes plain slots-core
+    python benchmarks/callgrind_user_spans.py --reencode      # the same objects every call
 
-One valgrind run: the driver (this file with --driver) builds each shape of
-``spanpack.user_spans.SHAPES`` (one trace of 1,000 spans) and calls
-``encode_traces`` on it three times per version; collection is on only inside
+One valgrind run: the driver (this file with --driver) calls ``encode_traces``
+three times per shape and version, each call on traces built for it alone
+(``spanpack.user_spans.traces``: 10 x 100 fresh spans, as a tracer encodes
+them), or with ``--reencode`` on the same objects; collection is on only inside
 the C entry point (``--toggle-collect=trace_encoder_encode_traces``) and a
 dump is written after each call.  The last of the three calls (warm caches) is
 reported, divided by the span count.  Counts include everything below the
@@ -28,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CALLS = 3
 
 
-def driver(order_path, names):
+def driver(order_path, names, reencode):
     import gc
 
     import spanpack
@@ -37,12 +39,14 @@ def driver(order_path, names):
     order = []
     gc.disable()
     for name in names:
-        trace = [user_spans.SHAPES[name]()]
+        again = user_spans.traces(name)
         for version in ("v0.4", "v0.5"):
             encoder = spanpack.TraceMsgPackEncoder(version)
             for _ in range(CALLS):
-                encoder.encode_traces(trace)
-                order.append((name, version, len(trace[0])))
+                traces = again if reencode else user_spans.traces(name)
+                encoder.encode_traces(traces)
+                order.append((name, version, sum(map(len, traces))))
+                del traces
     with open(order_path, "w") as f:
         json.dump(order, f)
 
@@ -50,10 +54,11 @@ def driver(order_path, names):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", nargs="*")
+    parser.add_argument("--reencode", action="store_true", help="encode the same span objects every call")
     parser.add_argument("--driver", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.driver:
-        driver(args.driver[0], args.driver[1:])
+        driver(args.driver[0], args.driver[1:], args.reencode)
         return 0
     from spanpack import user_spans
 
@@ -65,7 +70,8 @@ def main():
             ["valgrind", "--tool=callgrind", "--collect-atstart=no",
              "--toggle-collect=trace_encoder_encode_traces",
              "--dump-after=trace_encoder_encode_traces", "--callgrind-out-file=" + out,
-             sys.executable, os.path.abspath(__file__), "--driver", order_path] + names,
+             sys.executable, os.path.abspath(__file__)] + ["--reencode"] * args.reencode +
+            ["--driver", order_path] + names,
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env=dict(os.environ, PYTHONMALLOC="malloc"),
         )
@@ -77,7 +83,8 @@ def main():
         results = {}
         for (name, version, spans), path in zip(order, dumps):
             results[(name, version)] = read_totals(path) / spans  # the last call wins
-    print("instructions per span (encode_traces, warm, callgrind)")
+    print("instructions per span (encode_traces, warm, callgrind, %s)"
+          % ("the same objects every call" if args.reencode else "fresh spans every call"))
     print("%-24s %10s %10s" % ("shape", "v0.4", "v0.5"))
     for name in names:
         print("%-24s %10.0f %10.0f" % (name, results[(name, "v0.4")], results[(name, "v0.5")]))

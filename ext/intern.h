@@ -47,6 +47,9 @@
 #define STRCACHE_ENTRY_BYTES                                                                       \
     ((Py_ssize_t)(STRCACHE_SLOT_ALIGN - sizeof(PyObject *) - sizeof(uint32_t)))
 
+_Static_assert(STRCACHE_ENTRY_BYTES >= 32 && STRCACHE_ENTRY_BYTES <= COPY_BLOCKS_MAX,
+               "a cache entry is copied with copy_blocks");
+
 typedef struct {
     PyObject *key; /* strong reference; NULL when the slot is empty */
     uint32_t size;
@@ -135,12 +138,12 @@ strcache_write(EncodedStrCache *cache, PyObject *key, OutBuf *out, int check_tag
         slot = &cache->slots[index ^ 1];
     }
     cache->hits++;
-    /* Copy the whole fixed-size entry (one inlined block move) and keep only
-     * its `size` bytes. */
+    /* Copy the whole fixed-size entry (two overlapping 32-byte blocks, not
+     * a memcpy: outbuf.h's copy_blocks) and keep only its `size` bytes. */
     if (outbuf_reserve(out, STRCACHE_ENTRY_BYTES) < 0) {
         return -1;
     }
-    memcpy(out->pos, slot->bytes, STRCACHE_ENTRY_BYTES);
+    copy_blocks(out->pos, slot->bytes, STRCACHE_ENTRY_BYTES);
     out->pos += slot->size;
     return 1;
 }

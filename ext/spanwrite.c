@@ -564,7 +564,10 @@ raise_metric_out_of_range(SpanWriter *w, PyObject *key, PyObject *value)
 int
 write_metric_value(SpanWriter *w, PyObject *key, PyObject *value)
 {
-    if (PyFloat_Check(value)) {
+    /* An exact float, else an int (a flags test), before PyFloat_Check (a
+     * call into libpython walking the subtypes of every int: 9,000 calls of
+     * 19 instructions for 3,000 spans of 3 int metrics); no type is both. */
+    if (PyFloat_CheckExact(value) || (!PyLong_Check(value) && PyFloat_Check(value))) {
         return mp_write_double(w->out, PyFloat_AS_DOUBLE(value));
     }
     if (!PyLong_Check(value)) {

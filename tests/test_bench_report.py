@@ -106,3 +106,29 @@ def test_version_option_prints_the_installed_distribution_version(capsys):
         spanpack_main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out == "spanpack %s\n" % metadata.version("spanpack")
+
+
+def test_user_class_shapes_build_fresh_spans_with_values_of_their_own():
+    from spanpack import user_spans
+
+    for shape in user_spans.SHAPES:
+        first, second = user_spans.traces(shape), user_spans.traces(shape)
+        assert len(first) == user_spans.TRACES and sum(map(len, first)) == user_spans.SPANS
+        spans = [span for trace in first for span in trace]
+        again = [span for trace in second for span in trace]
+        # Each build: new span objects, and the per-span text is new str objects ...
+        assert not {id(s) for s in spans} & {id(s) for s in again}
+        assert all(a.resource == b.resource and a.resource is not b.resource for a, b in zip(spans, again))
+        # ... and differs from span to span (a resource with an id in it, a URL, a host).
+        assert len({s.resource for s in spans}) == len(spans)
+        assert len({s.meta["http.url"] for s in spans}) == len(spans)
+        # Every trace's spans share its trace id; traces differ.
+        assert len({trace[0].trace_id for trace in first}) == user_spans.TRACES
+        user_spans.check(user_spans.contenders(), first)
+
+
+def test_user_class_table_says_spans_are_fresh_and_labels_re_encoding():
+    assert "fresh spans" in bench.USER_CLASSES_TITLE and "re-encoding" in bench.USER_CLASSES_TITLE
+    assert "re-encoded" in bench.REENCODED
+    # the sample shapes, which are encoded again every call, are said to be
+    assert "re-encoded" in bench.SAMPLES_NOTE and "fresh" in bench.SAMPLES_NOTE

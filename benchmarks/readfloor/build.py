@@ -7,6 +7,7 @@ tag>/, next to its source, the first time a benchmark asks for it; None when
 no compiler is available (the benchmarks then leave the floor out).
 """
 
+import glob
 import importlib.util
 import os
 import sys
@@ -21,12 +22,17 @@ def load():
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     path = os.path.join(build_dir, "readfloor" + suffix)
     source = os.path.join(HERE, "readfloor.c")
-    if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(source):
+    ext = os.path.join(os.path.dirname(os.path.dirname(HERE)), "ext")
+    # spanpack's own in-place readers, proven by its own layout probes, and its
+    # msgpack writers: the floor reads and writes as spanpack could at best.
+    shared = [os.path.join(ext, name) for name in ("layout_probes.c", "outbuf.c")]
+    newest = max(os.path.getmtime(f) for f in [source, *shared, *glob.glob(os.path.join(ext, "*.h"))])
+    if not os.path.exists(path) or os.path.getmtime(path) < newest:
         try:
             from setuptools import Distribution, Extension
 
-            dist = Distribution({"ext_modules": [Extension("readfloor", [source],
-                                                           extra_compile_args=["-O3"])]})
+            dist = Distribution({"ext_modules": [Extension("readfloor", [source, *shared], include_dirs=[ext],
+                                                           extra_compile_args=["-O3", "-std=gnu11"])]})
             command = dist.get_command_obj("build_ext")
             command.build_lib = build_dir
             command.build_temp = os.path.join(build_dir, "tmp")
