@@ -193,7 +193,7 @@ _RESOURCE_FIRST = (
 class _ResourceValues:
     """What a resource contributes to each of its spans."""
 
-    __slots__ = ("resource", "service", "version", "env", "first", "meta", "metrics")
+    __slots__ = ("resource", "service", "version", "env", "first", "meta", "metrics", "guarded")
 
     def __init__(self, resource: Any) -> None:
         self.resource = resource  # kept so that its id() is not reused within the batch
@@ -226,6 +226,8 @@ class _ResourceValues:
                 _put_tag(meta, metrics, mapped, _text(value))
         self.meta = meta
         self.metrics = metrics
+        # the resource's tags that a datadog.* span attribute set first keeps
+        self.guarded = _GUARDED_KEYS.intersection(meta)
 
 
 class _ScopeValues:
@@ -259,11 +261,19 @@ class _ScopeTail:
 class _BatchCache:
     """Resource and scope values by object identity, for one batch."""
 
-    __slots__ = ("resources", "scopes")
+    __slots__ = ("resources", "scopes", "readers", "tag_keys")
 
     def __init__(self) -> None:
         self.resources: Dict[int, _ResourceValues] = {}
         self.scopes: Dict[int, Tuple[_ScopeValues, _ScopeTail]] = {}
+        self.readers: Dict[type, Any] = {}
+        self.tag_keys: Dict[str, str] = {}
+
+    def reader(self, cls: type) -> Any:
+        found = self.readers.get(cls)
+        if found is None:
+            found = self.readers[cls] = _reader_for(cls)
+        return found
 
     def resource(self, resource: Any) -> _ResourceValues:
         found = self.resources.get(id(resource))
@@ -299,13 +309,15 @@ def _first_text(attributes: Mapping[str, Any], keys: Sequence[str]) -> str:
 
 def _resource_then_span(res: _ResourceValues, attributes: Mapping[str, Any], keys: Sequence[str]) -> str:
     """For each key: the resource's non-empty value, else the span's (even empty)."""
+    first = res.first
     for key in keys:
-        text = res.first.get(key)
-        if text:
-            return text
+        if first:
+            text = first.get(key)
+            if text:
+                return text
         value = attributes.get(key)
         if value is not None:
-            return _text(value)
+            return value if value.__class__ is str else _text(value)
     return ""
 
 
@@ -435,29 +447,74 @@ def _events(events: Sequence[Any]) -> List[Dict[str, Any]]:
     return out
 
 
+_DATADOG_KEYS = frozenset(
+    ("datadog.service", "datadog.name", "datadog.resource", "datadog.type", "datadog.error", "datadog.span.kind",
+     "datadog.http_status_code") + tuple(attribute for attribute, _ in _DATADOG_TAGS)
+)  # fmt: skip
+# Mapped keys that a plain assignment would get wrong.
+_SPECIAL_TAGS = _GUARDED_KEYS | {"analytics.event", "sampling.priority"}
+
+
 def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
-    context = span.context
-    attributes = span.attributes or {}
-    res = cache.resource(span.resource)
-    scope_values, scope_tail = cache.scope(span.instrumentation_scope)
-    kind = span.kind.value
-    status = span.status
-    status_code = status.status_code.value
+    reader = cache.reader(span.__class__)
+    if reader is _read_sdk_span:
+        context = span._context
+        attributes = span._attributes
+        if attributes is None:
+            attributes = {}
+        elif attributes.__class__ is _BoundedAttributes:
+            attributes = attributes._dict
+        events = span._events
+        if events.__class__ is _BoundedList:
+            events = events._dq
+        links = span._links
+        if links.__class__ is _BoundedList:
+            links = links._dq
+        res = cache.resource(span._resource)
+        scope_values, scope_tail = cache.scope(span._instrumentation_scope)
+        kind = _ENUM_VALUES[id(span._kind)]
+        status = span._status
+        parent = span._parent
+        span_name = span._name
+        start = span._start_time or 0
+        end = span._end_time or 0
+    else:
+        context = span.context
+        attributes = span.attributes or {}
+        events = span.events or ()
+        links = span.links or ()
+        res = cache.resource(span.resource)
+        scope_values, scope_tail = cache.scope(span.instrumentation_scope)
+        kind = span.kind.value
+        status = span.status
+        parent = span.parent
+        span_name = span.name
+        start = span.start_time or 0
+        end = span.end_time or 0
+    status_code = _ENUM_VALUES.get(id(status.status_code))
+    if status_code is None:
+        status_code = status.status_code.value
     get = attributes.get
 
-    service = _span_text(attributes, "datadog.service") or ""
-    name = _span_text(attributes, "datadog.name") or ""
-    resource = _span_text(attributes, "datadog.resource") or ""
-    span_type = _span_text(attributes, "datadog.type") or ""
-    raw = get("datadog.error")
-    error = _number(raw) if raw is not None else None
-    if error is None:
-        error = 1 if status_code == _ERROR_STATUS else 0
-
+    service = name = resource = span_type = ""
+    error = None
     meta: Dict[str, str] = {}
     metrics: Dict[str, float] = {}
-    raw = get("datadog.span.kind")
-    meta["span.kind"] = _text(raw) if raw is not None else _KIND_NAMES[kind]
+    has_datadog = not _DATADOG_KEYS.isdisjoint(attributes)
+    if has_datadog:
+        service = _span_text(attributes, "datadog.service") or ""
+        name = _span_text(attributes, "datadog.name") or ""
+        resource = _span_text(attributes, "datadog.resource") or ""
+        span_type = _span_text(attributes, "datadog.type") or ""
+        raw = get("datadog.error")
+        if raw is not None:
+            error = _number(raw)
+        raw = get("datadog.span.kind")
+        meta["span.kind"] = _text(raw) if raw is not None else _KIND_NAMES[kind]
+    else:
+        meta["span.kind"] = _KIND_NAMES[kind]
+    if error is None:
+        error = 1 if status_code == _ERROR_STATUS else 0
     if not service:
         raw = get("service.name")
         service = (_text(raw) if raw is not None else "") or res.service or DEFAULT_SERVICE
@@ -465,7 +522,7 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
         raw = get("operation.name")
         name = _operation_name(kind, _text(raw) if raw is not None else None, attributes)
     if not resource:
-        resource = _resource_name(kind, span.name, res, attributes)
+        resource = _resource_name(kind, span_name, res, attributes)
     if not span_type:
         span_type = _span_type(kind, res, attributes)
     code = None
@@ -484,55 +541,60 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
     if (raw is not None and _number(raw) == 1) or kind == _CLIENT or kind == _PRODUCER:
         metrics["_dd.measured"] = 1.0
 
-    for attribute, tag in _DATADOG_TAGS:
-        raw = get(attribute)
-        if raw is not None:
-            text = _text(raw)
-            if text:
-                meta[tag] = text
-    if meta.keys() & _GUARDED_KEYS.intersection(res.meta):
+    if has_datadog:
+        for attribute, tag in _DATADOG_TAGS:
+            raw = get(attribute)
+            if raw is not None:
+                text = _text(raw)
+                if text:
+                    meta[tag] = text
+    if res.guarded and not res.guarded.isdisjoint(meta):
         for key, text in res.meta.items():
             _put_tag(meta, metrics, key, text)
     else:
         meta.update(res.meta)
-    metrics.update(res.metrics)
-    meta.update(scope_values.meta)
+    if res.metrics:
+        metrics.update(res.metrics)
+    if scope_values.meta:
+        meta.update(scope_values.meta)
     trace_id = context.trace_id
     meta["otel.trace_id"] = "%032x" % trace_id
     if "version" not in meta and res.version:
         meta["version"] = res.version
 
+    tag_keys = cache.tag_keys
     for key, value in attributes.items():
+        mapped = tag_keys.get(key)
+        if mapped is None:
+            mapped = tag_keys[key] = _tag_key(key)
+        if not mapped:
+            continue
         cls = value.__class__
         if cls is str:
-            mapped = _tag_key(key)
-            if mapped:
-                if mapped in _GUARDED_KEYS or mapped == "analytics.event":
-                    _put_tag(meta, metrics, mapped, value)
-                else:
-                    meta[mapped] = value
+            if mapped in _SPECIAL_TAGS:
+                _put_tag(meta, metrics, mapped, value)
+            else:
+                meta[mapped] = value
         elif cls is int or cls is float:
-            mapped = _tag_key(key)
-            if mapped:
+            if mapped in _SPECIAL_TAGS:
                 if mapped in _GUARDED_KEYS and mapped in metrics:
                     continue
                 if mapped == "sampling.priority":
                     mapped = SAMPLING_PRIORITY_KEY
-                metrics[mapped] = float(value)
-        elif not key.startswith("datadog."):
-            mapped = _tag_key(key)
-            if mapped:
-                _put_tag(meta, metrics, mapped, _text(value))
+            metrics[mapped] = float(value)
+        else:
+            _put_tag(meta, metrics, mapped, _text(value))
 
     if "env" not in meta:
         env = _resource_then_span(res, attributes, ("datadog.env",)) or res.env
         if env:
             meta["env"] = env
 
-    events = span.events
-    links = span.links
-    if events and any(event.name == "exception" for event in events):
-        meta["_dd.span_events.has_exception"] = "true"
+    if events:
+        for event in events:
+            if event.name == "exception":
+                meta["_dd.span_events.has_exception"] = "true"
+                break
     trace_state = context.trace_state
     if trace_state:
         header = trace_state.to_header()
@@ -542,14 +604,14 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
         meta[key] = text
     meta["otel.status_code"] = _STATUS_NAMES[status_code]
     description = status.description
-    if status_code == _ERROR_STATUS and description:
-        meta["otel.status_description"] = description
-    if "error.message" not in meta or "error.type" not in meta or "error.stack" not in meta:
-        error = _status_to_error(status_code, description, events, meta)
+    if status_code == _ERROR_STATUS:
+        if description:
+            meta["otel.status_description"] = description
+        if "error.message" not in meta or "error.type" not in meta or "error.stack" not in meta:
+            error = _status_to_error(status_code, description, events, meta)
+    elif "error.message" not in meta or "error.type" not in meta or "error.stack" not in meta:
+        error = 0
 
-    parent = span.parent
-    start = span.start_time or 0
-    end = span.end_time or 0
     dd_span = {
         "trace_id": trace_id,
         "span_id": context.span_id,
@@ -569,6 +631,14 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
     if events:
         dd_span["events"] = _events(events)
     return dd_span
+
+
+def _read_sdk_span() -> None:
+    """(A marker: spans of this class are read through the SDK's own fields.)"""
+
+
+def _read_properties() -> None:
+    """(A marker: spans of this class are read through ReadableSpan's properties.)"""
 
 
 def _status_to_error(status_code: int, description: Optional[str], events: Sequence[Any], meta: Dict[str, str]) -> int:
@@ -594,6 +664,36 @@ def _status_to_error(status_code: int, description: Optional[str], events: Seque
                 meta["error.message"] = code + " " + text if text is not None else code
                 break
     return 1
+
+
+_SDK_PROPERTIES = ("context", "attributes", "events", "links", "resource", "instrumentation_scope", "kind",
+                   "status", "parent", "name", "start_time", "end_time")  # fmt: skip
+
+try:
+    from opentelemetry.attributes import BoundedAttributes as _BoundedAttributes
+    from opentelemetry.sdk.trace import ReadableSpan as _ReadableSpan
+    from opentelemetry.sdk.util import BoundedList as _BoundedList
+    from opentelemetry.trace import SpanKind as _SpanKind
+    from opentelemetry.trace import StatusCode as _StatusCode
+
+    # Enum members by identity: reading .value runs a descriptor (about 0.3 µs).
+    _ENUM_VALUES: Dict[int, int] = {id(member): member.value for member in (*_SpanKind, *_StatusCode)}
+except ImportError:  # no SDK: every span is read through its properties
+    _ReadableSpan = _BoundedAttributes = _BoundedList = None  # type: ignore[assignment,misc]
+    _ENUM_VALUES = {}
+
+
+def _reader_for(cls: type) -> Any:
+    """The SDK's ReadableSpan (and its _Span) keep each value in a field that
+    its property returns (attributes, events and links as copies or views):
+    such a class is read from those fields, saving the copies.  A class that
+    overrides any of the properties is read through them."""
+    if _ReadableSpan is None or not issubclass(cls, _ReadableSpan):
+        return _read_properties
+    for name in _SDK_PROPERTIES:
+        if getattr(cls, name, None) is not getattr(_ReadableSpan, name, None):
+            return _read_properties
+    return _read_sdk_span
 
 
 # -- batches ---------------------------------------------------------------------
