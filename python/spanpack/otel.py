@@ -462,13 +462,13 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
         attributes = span._attributes
         if attributes is None:
             attributes = {}
-        elif attributes.__class__ is _BoundedAttributes:
+        elif attributes.__class__ is _BOUNDED_ATTRIBUTES:
             attributes = attributes._dict
         events = span._events
-        if events.__class__ is _BoundedList:
+        if events.__class__ is _BOUNDED_LIST:
             events = events._dq
         links = span._links
-        if links.__class__ is _BoundedList:
+        if links.__class__ is _BOUNDED_LIST:
             links = links._dq
         res = cache.resource(span._resource)
         scope_values, scope_tail = cache.scope(span._instrumentation_scope)
@@ -681,6 +681,11 @@ try:
 except ImportError:  # no SDK: every span is read through its properties
     _ReadableSpan = _BoundedAttributes = _BoundedList = None  # type: ignore[assignment,misc]
     _ENUM_VALUES = {}
+
+
+# (typed Any: the fields read through them are the SDK's own, not its API)
+_BOUNDED_LIST: Any = _BoundedList
+_BOUNDED_ATTRIBUTES: Any = _BoundedAttributes
 
 
 def _reader_for(cls: type) -> Any:
