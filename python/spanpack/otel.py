@@ -15,9 +15,11 @@ resource and scope object, not once per span.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from ._spanpack import _otel_map_spans
 from .encoder import TraceMsgPackEncoder
 from .writer import AgentWriter
 
@@ -193,7 +195,7 @@ _RESOURCE_FIRST = (
 class _ResourceValues:
     """What a resource contributes to each of its spans."""
 
-    __slots__ = ("resource", "service", "version", "env", "first", "meta", "metrics", "guarded")
+    __slots__ = ("resource", "service", "version", "env", "first", "meta", "metrics", "guarded", "as_tuple")
 
     def __init__(self, resource: Any) -> None:
         self.resource = resource  # kept so that its id() is not reused within the batch
@@ -227,7 +229,9 @@ class _ResourceValues:
         self.meta = meta
         self.metrics = metrics
         # the resource's tags that a datadog.* span attribute set first keeps
-        self.guarded = _GUARDED_KEYS.intersection(meta)
+        self.guarded = tuple(key for key in meta if key in _GUARDED_KEYS)
+        # for ext/otel_map.c (its RES_* order)
+        self.as_tuple = (self.service, self.version, self.env, self.first, meta, metrics, self.guarded)
 
 
 class _ScopeValues:
@@ -245,35 +249,47 @@ class _ScopeValues:
 class _ScopeTail:
     """The scope's name and version tags, written late in the span's meta."""
 
-    __slots__ = ("items",)
+    __slots__ = ("tags",)
 
     def __init__(self, scope: Any) -> None:
-        items: List[Tuple[str, str]] = []
+        tags: Dict[str, str] = {}
         name = getattr(scope, "name", "") if scope is not None else ""
         version = getattr(scope, "version", "") if scope is not None else ""
         if name:
-            items += [("otel.scope.name", name), ("otel.library.name", name)]
+            tags["otel.scope.name"] = tags["otel.library.name"] = name
         if version:
-            items += [("otel.scope.version", version), ("otel.library.version", version)]
-        self.items = tuple(items)
+            tags["otel.scope.version"] = tags["otel.library.version"] = version
+        self.tags = tags
 
 
 class _BatchCache:
     """Resource and scope values by object identity, for one batch."""
 
-    __slots__ = ("resources", "scopes", "readers", "tag_keys")
+    __slots__ = ("resources", "scopes", "readers", "tag_keys", "trace_hex")
 
     def __init__(self) -> None:
         self.resources: Dict[int, _ResourceValues] = {}
         self.scopes: Dict[int, Tuple[_ScopeValues, _ScopeTail]] = {}
         self.readers: Dict[type, Any] = {}
         self.tag_keys: Dict[str, str] = {}
+        self.trace_hex: Dict[int, str] = {}  # a batch's spans share few trace ids
 
     def reader(self, cls: type) -> Any:
         found = self.readers.get(cls)
         if found is None:
             found = self.readers[cls] = _reader_for(cls)
         return found
+
+    # The per-batch values in the forms ext/otel_map.c takes.
+    def c_readable(self, cls: type) -> bool:
+        return self.reader(cls) is _read_sdk_span
+
+    def resource_tuple(self, resource: Any) -> Tuple[Any, ...]:
+        return self.resource(resource).as_tuple
+
+    def scope_tuple(self, scope: Any) -> Tuple[Dict[str, str], Dict[str, str]]:
+        values, tail = self.scope(scope)
+        return values.meta, tail.tags
 
     def resource(self, resource: Any) -> _ResourceValues:
         found = self.resources.get(id(resource))
@@ -365,7 +381,12 @@ def _operation_name(kind: int, name_attr: Optional[str], attributes: Mapping[str
     return _KIND_NAMES[kind]
 
 
+_RESOURCE_RULE_KEYS = frozenset(_RESOURCE_FIRST) - {"span.type", "datadog.env"}
+
+
 def _resource_name(kind: int, span_name: str, res: _ResourceValues, attributes: Mapping[str, Any]) -> str:
+    if not res.first and _RESOURCE_RULE_KEYS.isdisjoint(attributes):
+        return span_name  # (the common case of a span with none of the keys: one look)
     found = _resource_then_span(res, attributes, ("resource.name",))
     if found:
         return found
@@ -401,9 +422,10 @@ def _resource_name(kind: int, span_name: str, res: _ResourceValues, attributes: 
 
 
 def _span_type(kind: int, res: _ResourceValues, attributes: Mapping[str, Any]) -> str:
-    found = _resource_then_span(res, attributes, ("span.type",))
-    if found:
-        return found
+    if res.first or "span.type" in attributes:
+        found = _resource_then_span(res, attributes, ("span.type",))
+        if found:
+            return found
     if kind == _SERVER:
         return "web"
     if kind == _CLIENT:
@@ -415,34 +437,47 @@ def _span_type(kind: int, res: _ResourceValues, attributes: Mapping[str, Any]) -
 # -- one span --------------------------------------------------------------------
 
 
+def _plain(attributes: Any) -> Mapping[str, Any]:
+    """An attributes mapping as a dict to iterate: the SDK's BoundedAttributes
+    by the dict it keeps (its own items() goes through the Mapping ABC)."""
+    if attributes is None:
+        return {}
+    if attributes.__class__ is _BOUNDED_ATTRIBUTES:
+        return attributes._dict  # type: ignore[no-any-return]
+    return attributes  # type: ignore[no-any-return]
+
+
 def _links(links: Sequence[Any]) -> List[Dict[str, Any]]:
     out = []
     for link in links:
         context = link.context
-        attributes = link.attributes
+        attributes = _plain(link.attributes)
+        trace_state = context.trace_state
         out.append(
             {
                 "trace_id": context.trace_id,
                 "span_id": context.span_id,
-                "attributes": {key: _text(value) for key, value in attributes.items()} if attributes else {},
-                "tracestate": context.trace_state.to_header() if context.trace_state else "",
+                "attributes": {key: value if value.__class__ is str else _text(value)
+                               for key, value in attributes.items()},
+                "tracestate": trace_state.to_header() if trace_state else "",
                 "flags": int(context.trace_flags),
             }
         )
     return out
 
 
-def _event_attribute(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
-
-
 def _events(events: Sequence[Any]) -> List[Dict[str, Any]]:
     out = []
     for event in events:
-        attributes = event.attributes
+        attributes = _plain(event.attributes)
         fields: Dict[str, Any] = {"name": event.name, "time_unix_nano": max(event.timestamp, 0)}
         if attributes:
-            fields["attributes"] = {key: _event_attribute(value) for key, value in attributes.items()}
+            # The encoder's event attributes take arrays as lists; the SDK keeps tuples.
+            for value in attributes.values():
+                if value.__class__ is tuple:
+                    attributes = {k: list(v) if v.__class__ is tuple else v for k, v in attributes.items()}
+                    break
+            fields["attributes"] = dict(attributes)  # (a copy: the caller may change it)
         out.append(fields)
     return out
 
@@ -548,7 +583,7 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
                 text = _text(raw)
                 if text:
                     meta[tag] = text
-    if res.guarded and not res.guarded.isdisjoint(meta):
+    if res.guarded and not meta.keys().isdisjoint(res.guarded):
         for key, text in res.meta.items():
             _put_tag(meta, metrics, key, text)
     else:
@@ -558,7 +593,10 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
     if scope_values.meta:
         meta.update(scope_values.meta)
     trace_id = context.trace_id
-    meta["otel.trace_id"] = "%032x" % trace_id
+    trace_hex = cache.trace_hex.get(trace_id)
+    if trace_hex is None:
+        trace_hex = cache.trace_hex[trace_id] = "%032x" % trace_id
+    meta["otel.trace_id"] = trace_hex
     if "version" not in meta and res.version:
         meta["version"] = res.version
 
@@ -600,8 +638,8 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
         header = trace_state.to_header()
         if header:
             meta["w3c.tracestate"] = header
-    for key, text in scope_tail.items:
-        meta[key] = text
+    if scope_tail.tags:
+        meta.update(scope_tail.tags)
     meta["otel.status_code"] = _STATUS_NAMES[status_code]
     description = status.description
     if status_code == _ERROR_STATUS:
@@ -647,7 +685,7 @@ def _status_to_error(status_code: int, description: Optional[str], events: Seque
     for event in events or ():
         if event.name.lower() != "exception":
             continue
-        attributes = event.attributes or {}
+        attributes = _plain(event.attributes)
         for attribute, tag in _EXCEPTION_TAGS:
             value = attributes.get(attribute)
             if value is not None:
@@ -683,6 +721,21 @@ except ImportError:  # no SDK: every span is read through its properties
     _ENUM_VALUES = {}
 
 
+# What ext/otel_map.c's plan holds besides the batch's own values (its PLAN_* order).
+_C_PLAN_PARTS: Optional[Tuple[Any, ...]] = None
+if _ReadableSpan is not None and not os.environ.get("SPANPACK_OTEL_PYTHON"):
+    _C_PLAN_PARTS = (
+        tuple(sorted(_SpanKind, key=lambda member: member.value)),
+        tuple(sorted(_StatusCode, key=lambda member: member.value)),
+        _tag_key,
+        _text,
+        _DB_SPAN_TYPES,
+        _GUARDED_KEYS,
+        _SPECIAL_TAGS,
+        _BoundedAttributes,
+        _BoundedList,
+    )
+
 # (typed Any: the fields read through them are the SDK's own, not its API)
 _BOUNDED_LIST: Any = _BoundedList
 _BOUNDED_ATTRIBUTES: Any = _BoundedAttributes
@@ -714,9 +767,13 @@ def map_spans(spans: Iterable[Any]) -> List[List[Dict[str, Any]]]:
     """Spans grouped by trace id into traces (in order of first appearance),
     each span mapped; a trace's local root carries its sampling priority."""
     cache = _BatchCache()
+    if not isinstance(spans, (list, tuple)):
+        spans = list(spans)
+    mapped = _map_in_c(spans, cache)
     traces: Dict[int, List[Dict[str, Any]]] = {}
-    for span in spans:
-        dd_span = _span_dict(span, cache)
+    for span, dd_span in zip(spans, mapped):
+        if dd_span is None:
+            dd_span = _span_dict(span, cache)
         trace = traces.get(dd_span["trace_id"])
         if trace is None:
             traces[dd_span["trace_id"]] = [dd_span]
@@ -725,6 +782,23 @@ def map_spans(spans: Iterable[Any]) -> List[List[Dict[str, Any]]]:
     for trace in traces.values():
         _set_priority(trace)
     return list(traces.values())
+
+
+def _map_in_c(spans: Sequence[Any], cache: _BatchCache) -> Sequence[Optional[Dict[str, Any]]]:
+    """ext/otel_map.c's dict spans, None for each span the rules here map
+    (another class, events or links); all None without the SDK, or with
+    SPANPACK_OTEL_PYTHON=1 in the environment at import (for comparing)."""
+    if _C_PLAN_PARTS is None:
+        return [None] * len(spans)
+    plan = (
+        *_C_PLAN_PARTS[:2],
+        cache.c_readable,
+        cache.resource_tuple,
+        cache.scope_tuple,
+        cache.tag_keys,
+        *_C_PLAN_PARTS[2:],
+    )
+    return _otel_map_spans(spans, plan)  # type: ignore[no-any-return]
 
 
 def _set_priority(trace: List[Dict[str, Any]]) -> None:
