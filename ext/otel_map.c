@@ -5,9 +5,9 @@
  *
  * python/spanpack/otel.py keeps the same rules in Python: it is the
  * reference (tests/otel compare the two on every test span) and maps what
- * this file hands back as None: a span of another class, one with events or
- * links (their rules are rare and long), or one whose fields are not what
- * the SDK keeps.  Per-batch values (a resource's tags and service, a scope's
+ * this file hands back as None: a span of another class, or one whose fields
+ * are not what the SDK keeps.  Links and events are converted by its
+ * functions (given in the plan).  Per-batch values (a resource's tags and service, a scope's
  * tags, the attribute key mapping) are worked out in Python once per
  * resource or scope object and given here through the plan tuple. */
 #include "otel_map.h"
@@ -37,6 +37,16 @@
     X(A_DESCRIPTION, "_description")                                                               \
     X(A_TO_HEADER, "to_header")                                                                    \
     X(A_LOWER, "lower")                                                                            \
+    X(A_EVENT_NAME, "name")                                                                        \
+    X(A_EVENT_ATTRIBUTES, "attributes")                                                            \
+    X(A_GET, "get")                                                                                \
+    X(EXCEPTION_MESSAGE, "exception.message")                                                      \
+    X(EXCEPTION_TYPE, "exception.type")                                                            \
+    X(EXCEPTION_STACKTRACE, "exception.stacktrace")                                                \
+    X(K_HAS_EXCEPTION, "_dd.span_events.has_exception")                                            \
+    X(V_EXCEPTION, "exception")                                                                    \
+    X(F_LINKS, "links")                                                                            \
+    X(F_EVENTS, "events")                                                                          \
     /* Span attributes the rules read. */                                                          \
     X(DATADOG_SERVICE, "datadog.service")                                                          \
     X(DATADOG_NAME, "datadog.name")                                                                \
@@ -199,6 +209,9 @@ enum {
     PLAN_SPECIAL,            /* frozenset: tag keys a plain assignment would get wrong */
     PLAN_BOUNDED_ATTRIBUTES, /* the SDK's BoundedAttributes class */
     PLAN_BOUNDED_LIST,       /* the SDK's BoundedList class */
+    PLAN_EVENT_TEXT,         /* value -> str, as an exception event's attribute is written */
+    PLAN_LINKS,              /* links -> the dict span's links */
+    PLAN_EVENTS,             /* events -> the dict span's events */
     PLAN_SIZE
 };
 
@@ -917,23 +930,128 @@ values_for(OtelMapper *m, PyObject *object, PyObject **last, PyObject **values, 
     return made;
 }
 
-/* Deque or sequence length of a span's events/links; -1 on error. */
-static Py_ssize_t
-list_length(OtelMapper *m, PyObject *list)
+/* A span's events or links as a sequence (new reference: the SDK's
+ * BoundedList by the deque it keeps), None kept as None; NULL on error. */
+static PyObject *
+list_items(OtelMapper *m, PyObject *list)
 {
-    if (list == Py_None) {
-        return 0;
-    }
     if ((PyObject *)Py_TYPE(list) == PLAN(m, PLAN_BOUNDED_LIST)) {
-        PyObject *deque = PyObject_GetAttr(list, NAME(m, A_DQ));
-        if (deque == NULL) {
-            return -1;
-        }
-        Py_ssize_t n = PyObject_Length(deque);
-        Py_DECREF(deque);
-        return n;
+        return PyObject_GetAttr(list, NAME(m, A_DQ));
     }
-    return PyObject_Length(list);
+    return Py_NewRef(list);
+}
+
+/* The length of list_items' answer (0 for None), -1 on error. */
+static Py_ssize_t
+items_length(PyObject *items)
+{
+    return items == Py_None ? 0 : PyObject_Length(items);
+}
+
+/* Rule 17: 1 when an event is named exactly "exception", 0 when none, -1 on error. */
+static int
+has_exception_event(OtelMapper *m, PyObject *events)
+{
+    PyObject *iterator = PyObject_GetIter(events);
+    if (iterator == NULL) {
+        return -1;
+    }
+    int found = 0;
+    PyObject *event;
+    while (found == 0 && (event = PyIter_Next(iterator)) != NULL) {
+        PyObject *name = PyObject_GetAttr(event, NAME(m, A_EVENT_NAME));
+        Py_DECREF(event);
+        if (name == NULL) {
+            found = -1;
+            break;
+        }
+        if (PyUnicode_Check(name)) {
+            int other = PyUnicode_Compare(name, NAME(m, V_EXCEPTION));
+            found = other == -1 && PyErr_Occurred() ? -1 : other == 0;
+        }
+        Py_DECREF(name);
+    }
+    Py_DECREF(iterator);
+    return found < 0 || PyErr_Occurred() ? -1 : found;
+}
+
+/* Rule 22's exception events: each event named "exception" in any case sets
+ * error.message/type/stack from its exception.* attributes. */
+static int
+exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
+{
+    static const int attributes[][2] = {
+        {EXCEPTION_MESSAGE, K_ERROR_MESSAGE},
+        {EXCEPTION_TYPE, K_ERROR_TYPE},
+        {EXCEPTION_STACKTRACE, K_ERROR_STACK},
+    };
+    PyObject *iterator = PyObject_GetIter(events);
+    if (iterator == NULL) {
+        return -1;
+    }
+    int rc = 0;
+    PyObject *event;
+    while (rc == 0 && (event = PyIter_Next(iterator)) != NULL) {
+        PyObject *name = PyObject_GetAttr(event, NAME(m, A_EVENT_NAME));
+        PyObject *lower = name == NULL ? NULL : PyObject_CallMethodNoArgs(name, NAME(m, A_LOWER));
+        PyObject *event_attributes = NULL;
+        int exception = 0;
+        if (lower == NULL) {
+            rc = -1;
+        }
+        else if (PyUnicode_Check(lower)) {
+            int other = PyUnicode_Compare(lower, NAME(m, V_EXCEPTION));
+            rc = other == -1 && PyErr_Occurred() ? -1 : 0;
+            exception = other == 0;
+        }
+        if (rc == 0 && exception) {
+            event_attributes = PyObject_GetAttr(event, NAME(m, A_EVENT_ATTRIBUTES));
+            if (event_attributes != NULL &&
+                (PyObject *)Py_TYPE(event_attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
+                Py_SETREF(event_attributes, PyObject_GetAttr(event_attributes, NAME(m, A_DICT)));
+            }
+            rc = event_attributes == NULL ? -1 : 0;
+        }
+        for (int i = 0; rc == 0 && exception && event_attributes != Py_None && i < 3; i++) {
+            PyObject *key = NAME(m, attributes[i][0]);
+            PyObject *value =
+                PyDict_Check(event_attributes)
+                    ? Py_XNewRef(PyDict_GetItemWithError(event_attributes, key))
+                    : PyObject_CallMethodOneArg(event_attributes, NAME(m, A_GET), key);
+            if (value == NULL) {
+                rc = PyErr_Occurred() ? -1 : 0;
+                continue;
+            }
+            PyObject *text = Py_None == value ? NULL
+                             : PyUnicode_CheckExact(value)
+                                 ? Py_NewRef(value)
+                                 : PyObject_CallOneArg(PLAN(m, PLAN_EVENT_TEXT), value);
+            if (value != Py_None) {
+                rc = text == NULL ? -1 : PyDict_SetItem(meta, NAME(m, attributes[i][1]), text);
+            }
+            Py_XDECREF(text);
+            Py_DECREF(value);
+        }
+        Py_XDECREF(event_attributes);
+        Py_XDECREF(lower);
+        Py_XDECREF(name);
+        Py_DECREF(event);
+    }
+    Py_DECREF(iterator);
+    return rc < 0 || PyErr_Occurred() ? -1 : 0;
+}
+
+/* dd_span[key] = the plan's converter at item applied to items. */
+static int
+set_converted(OtelMapper *m, PyObject *dd_span, int key, int item, PyObject *items)
+{
+    PyObject *converted = PyObject_CallOneArg(PLAN(m, item), items);
+    if (converted == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(dd_span, NAME(m, key), converted);
+    Py_DECREF(converted);
+    return rc;
 }
 
 /* The span's fields, read as the SDK keeps them. */
@@ -1111,6 +1229,7 @@ map_span(OtelMapper *m, PyObject *span)
     SdkFields f = {0};
     PyObject *result = NULL, *meta = NULL, *metrics = NULL;
     PyObject *service = NULL, *name = NULL, *resource = NULL, *type = NULL, *text = NULL;
+    PyObject *events = NULL, *links = NULL;
     int found;
 
     if ((PyObject *)Py_TYPE(span) != m->last_type) {
@@ -1137,8 +1256,11 @@ map_span(OtelMapper *m, PyObject *span)
     }
     int kind = member_index(m, PLAN_KINDS, f.kind);
     int status = member_index(m, PLAN_STATUSES, f.status_code);
-    Py_ssize_t events = list_length(m, f.events), links = list_length(m, f.links);
-    if (events < 0 || links < 0) {
+    if ((events = list_items(m, f.events)) == NULL || (links = list_items(m, f.links)) == NULL) {
+        goto done;
+    }
+    Py_ssize_t event_count = items_length(events), link_count = items_length(links);
+    if (event_count < 0 || link_count < 0) {
         goto done;
     }
     long long start, end;
@@ -1146,7 +1268,7 @@ map_span(OtelMapper *m, PyObject *span)
     if (start_ok < 0 || end_ok < 0) {
         goto done;
     }
-    if (kind < 0 || status < 0 || events > 0 || links > 0 || !start_ok || !end_ok) {
+    if (kind < 0 || status < 0 || !start_ok || !end_ok) {
         result = Py_NewRef(Py_None); /* the rules in Python */
         goto done;
     }
@@ -1372,6 +1494,14 @@ map_span(OtelMapper *m, PyObject *span)
             }
         }
     }
+    /* Rule 17. */
+    if (event_count > 0) {
+        int exception = has_exception_event(m, events);
+        if (exception < 0 ||
+            (exception && PyDict_SetItem(meta, NAME(m, K_HAS_EXCEPTION), NAME(m, V_TRUE)) < 0)) {
+            goto done;
+        }
+    }
     /* Rules 18-20. */
     {
         PyObject *state = PyTuple_GET_ITEM(f.context, 4);
@@ -1413,7 +1543,8 @@ map_span(OtelMapper *m, PyObject *span)
             }
             if (!all_set) {
                 error = 1;
-                if (status_error(m, meta, description) < 0) {
+                if ((event_count > 0 && exception_tags(m, events, meta) < 0) ||
+                    status_error(m, meta, description) < 0) {
                     goto done;
                 }
             }
@@ -1427,6 +1558,12 @@ map_span(OtelMapper *m, PyObject *span)
                         &result) < 0) {
         goto done;
     }
+    /* Rules 23-24. */
+    if ((link_count > 0 && set_converted(m, result, F_LINKS, PLAN_LINKS, links) < 0) ||
+        (event_count > 0 && set_converted(m, result, F_EVENTS, PLAN_EVENTS, events) < 0)) {
+        Py_CLEAR(result);
+        goto done;
+    }
 done:
     Py_XDECREF(text);
     Py_XDECREF(service);
@@ -1435,6 +1572,8 @@ done:
     Py_XDECREF(type);
     Py_XDECREF(meta);
     Py_XDECREF(metrics);
+    Py_XDECREF(events);
+    Py_XDECREF(links);
     rule_values_clear(m);
     sdk_fields_clear(&f);
     return result;

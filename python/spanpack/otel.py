@@ -734,6 +734,9 @@ if _ReadableSpan is not None and not os.environ.get("SPANPACK_OTEL_PYTHON"):
         _SPECIAL_TAGS,
         _BoundedAttributes,
         _BoundedList,
+        _event_value_text,
+        _links,
+        _events,
     )
 
 # (typed Any: the fields read through them are the SDK's own, not its API)

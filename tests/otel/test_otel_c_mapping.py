@@ -2,8 +2,9 @@
 itself held to the Rust tracer's cases in test_otel_transform.py): the same
 dict span, entry for entry and in the same order, for generated attribute
 sets over every key the rules read, every kind and status, resource values
-that come before the span's, and for spans made by the SDK's tracer.  And
-what C hands back to Python: spans of other classes, with events or links."""
+that come before the span's, events (exception ones in any case) and links,
+and for spans made by the SDK's tracer.  And what C hands back to Python:
+spans of classes that override ReadableSpan's properties."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from opentelemetry.sdk.resources import Resource  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from opentelemetry.trace import SpanKind  # noqa: E402
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode  # noqa: E402
 
 from spanpack import otel  # noqa: E402
 from spanpack._spanpack import _otel_map_spans  # noqa: E402
@@ -53,6 +54,7 @@ VALUES = st.one_of(
     st.lists(TEXTS, max_size=2).map(tuple),
     st.lists(st.integers(0, 9), max_size=2).map(tuple),
 )
+EVENT_KEYS = ["exception.message", "exception.type", "exception.stacktrace", "other"]
 RESOURCE_KEYS = ["service.name", "service.version", "deployment.environment.name", "deployment.environment",
                  "datadog.env", "http.request.method", "http.route", "span.type", "db.system", "db.statement",
                  "resource.name", "env", "version", "error.message", "analytics.event", "container.id", "count"]
@@ -81,13 +83,21 @@ def _both(spans: List[Any]) -> None:
     scope=st.sampled_from([("", None), ("lib", None), ("lib", "1.0")]),
     parent=st.sampled_from([None, 5]),
     trace_id=st.sampled_from([1, TRACE_ID, 2**128 - 1]),
+    events=st.lists(st.tuples(st.sampled_from(["exception", "Exception", "boom"]), st.integers(-5, 10**9),
+                              st.dictionaries(st.sampled_from(EVENT_KEYS), VALUES, max_size=3)), max_size=3),
+    links=st.lists(st.fixed_dictionaries({"trace_id": st.sampled_from([1, TRACE_ID]), "span_id": st.just(9)},
+                                         optional={"tracestate": st.just("k=v"),
+                                                   "attributes": st.dictionaries(TEXTS, VALUES, max_size=2)}),
+                   max_size=2),
 )
 def test_c_mapping_is_the_python_mapping(attributes, resource, kind, status, description, tracestate, scope,
-                                         parent, trace_id):
+                                         parent, trace_id, events, links):
+    for link in links:
+        link["attributes"] = list(link.get("attributes", {}).items())
     span = make_span(trace_id=trace_id, span_id=SPAN_ID, parent_id=parent, name="span-name", kind=kind,
                      attributes=list(attributes.items()), resource=list(resource.items()),
                      status=(status, description if status == "error" else None), tracestate=tracestate,
-                     scope=scope)
+                     scope=scope, events=[(n, t, list(a.items())) for n, t, a in events], links=links)
     try:
         expected: Optional[Dict[str, Any]] = otel._span_dict(span, otel._BatchCache())
     except OverflowError:
@@ -105,11 +115,9 @@ def test_c_naming_cases(kind, attributes, resource, _):
                      resource=resource)])
 
 
-def test_c_transform_cases_without_events_and_links():
-    spans = [make_span(trace_id=TRACE_ID, span_id=SPAN_ID, scope=SCOPE, resource=case["resource"],
-                       **{k: v for k, v in case["span"].items() if k not in ("events", "links")})
-             for case in CASES]
-    _both(spans)
+def test_c_transform_cases():
+    _both([make_span(trace_id=TRACE_ID, span_id=SPAN_ID, scope=SCOPE, resource=case["resource"], **case["span"])
+           for case in CASES])
 
 
 def test_c_maps_spans_made_by_the_sdk():
@@ -117,9 +125,11 @@ def test_c_maps_spans_made_by_the_sdk():
     provider = TracerProvider(resource=Resource.create({"service.name": "svc", "env": "prod"}))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("lib", "2")
-    with tracer.start_as_current_span("root", kind=SpanKind.SERVER, attributes={"http.request.method": "GET"}):
-        with tracer.start_as_current_span("db", kind=SpanKind.CLIENT, attributes={"db.system": "mysql"}):
-            pass
+    with tracer.start_as_current_span("root", kind=SpanKind.SERVER, attributes={"http.request.method": "GET"}) as root:
+        with tracer.start_as_current_span("db", kind=SpanKind.CLIENT, attributes={"db.system": "mysql"},
+                                          links=[Link(root.get_span_context(), {"n": 1})]) as db:
+            db.record_exception(ValueError("v"))
+            db.set_status(Status(StatusCode.ERROR))
     _both(list(memory.get_finished_spans()))
 
 
@@ -135,7 +145,7 @@ def test_spans_c_hands_back_to_python():
 
     own = OwnSpan(name="n", context=plain.context, resource=Resource({}))
     mapped = otel._map_in_c([plain, with_event, with_link, own], otel._BatchCache())
-    assert [span is None for span in mapped] == [False, True, True, True]
+    assert [span is None for span in mapped] == [False, False, False, True]
     traces = otel.map_spans([plain, with_event, with_link, own])
     assert [span["resource"] for span in traces[0]] == ["n", "n", "n", "renamed"]
 
