@@ -491,41 +491,36 @@ _SPECIAL_TAGS = _GUARDED_KEYS | {"analytics.event", "sampling.priority"}
 
 
 def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
-    reader = cache.reader(span.__class__)
-    if reader is _read_sdk_span:
-        context = span._context
-        attributes = span._attributes
+    fields = _sdk_fields(span) if cache.reader(span.__class__) is _read_sdk_span else None
+    if fields is not None:
+        context, attributes, events, links, resource_object, scope_object, kind_member, status, parent = fields[:9]
+        span_name, start, end = fields[9:]
         if attributes is None:
             attributes = {}
         elif attributes.__class__ is _BOUNDED_ATTRIBUTES:
             attributes = attributes._dict
-        events = span._events
         if events.__class__ is _BOUNDED_LIST:
             events = events._dq
-        links = span._links
         if links.__class__ is _BOUNDED_LIST:
             links = links._dq
-        res = cache.resource(span._resource)
-        scope_values, scope_tail = cache.scope(span._instrumentation_scope)
-        kind = _ENUM_VALUES[id(span._kind)]
-        status = span._status
-        parent = span._parent
-        span_name = span._name
-        start = span._start_time or 0
-        end = span._end_time or 0
+        kind = _ENUM_VALUES[id(kind_member)]
+        start = start or 0
+        end = end or 0
     else:
         context = span.context
         attributes = span.attributes or {}
         events = span.events or ()
         links = span.links or ()
-        res = cache.resource(span.resource)
-        scope_values, scope_tail = cache.scope(span.instrumentation_scope)
+        resource_object = span.resource
+        scope_object = span.instrumentation_scope
         kind = span.kind.value
         status = span.status
         parent = span.parent
         span_name = span.name
         start = span.start_time or 0
         end = span.end_time or 0
+    res = cache.resource(resource_object)
+    scope_values, scope_tail = cache.scope(scope_object)
     status_code = _ENUM_VALUES.get(id(status.status_code))
     if status_code is None:
         status_code = status.status_code.value
@@ -671,6 +666,17 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
     return dd_span
 
 
+def _sdk_fields(span: Any) -> Optional[Tuple[Any, ...]]:
+    """The fields the SDK's ReadableSpan keeps behind its properties, or None
+    when this span lacks one (another SDK release: read the properties)."""
+    try:
+        return (span._context, span._attributes, span._events, span._links, span._resource,
+                span._instrumentation_scope, span._kind, span._status, span._parent, span._name,
+                span._start_time, span._end_time)  # fmt: skip
+    except AttributeError:
+        return None
+
+
 def _read_sdk_span() -> None:
     """(A marker: spans of this class are read through the SDK's own fields.)"""
 
@@ -801,7 +807,7 @@ def _map_in_c(spans: Sequence[Any], cache: _BatchCache) -> Sequence[Optional[Dic
         cache.tag_keys,
         *_C_PLAN_PARTS[2:],
     )
-    return _otel_map_spans(spans, plan)  # type: ignore[no-any-return]
+    return _otel_map_spans(spans, plan)
 
 
 def _set_priority(trace: List[Dict[str, Any]]) -> None:
