@@ -143,7 +143,7 @@ def test_spans_c_hands_back_to_python():
         def name(self):  # an override: read through the properties
             return "renamed"
 
-    own = OwnSpan(name="n", context=plain.context, resource=Resource({}))
+    own = OwnSpan(name="n", context=plain.context, resource=Resource({}), attributes={})
     mapped = otel._map_in_c([plain, with_event, with_link, own], otel._BatchCache())
     assert [span is None for span in mapped] == [False, False, False, True]
     traces = otel.map_spans([plain, with_event, with_link, own])
