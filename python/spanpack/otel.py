@@ -15,6 +15,7 @@ resource and scope object, not once per span.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -24,6 +25,8 @@ from .encoder import TraceMsgPackEncoder
 from .writer import AgentWriter
 
 __all__ = ["DatadogSpanExporter", "encode_spans", "map_span", "map_spans"]
+
+_log = logging.getLogger("spanpack.otel")
 
 #: The agent's service when neither the span nor its resource names one.
 DEFAULT_SERVICE = "otlpresourcenoservicename"
@@ -860,8 +863,8 @@ except ImportError:  # the [otel] extra is not installed: encode_spans still wor
 class DatadogSpanExporter(SpanExporter):  # type: ignore[misc,valid-type]
     """An OpenTelemetry ``SpanExporter`` sending to a Datadog agent through
     :class:`spanpack.AgentWriter` (``writer=`` one of your own, else one made
-    from ``writer_options``, the agent from ``DD_TRACE_AGENT_URL`` or
-    ``DD_AGENT_HOST``).
+    from ``writer_options``, the agent found as ``AgentWriter`` finds it:
+    ``DD_TRACE_AGENT_URL``, ``DD_AGENT_HOST``/``DD_TRACE_AGENT_PORT``...).
 
     ``export()`` returns ``SUCCESS`` only when the writer took every trace of
     the batch into its buffer (``write()`` never raises for a trace: the
@@ -897,6 +900,8 @@ class DatadogSpanExporter(SpanExporter):  # type: ignore[misc,valid-type]
         try:
             traces = map_spans(spans)
         except Exception:
+            # A batch the mapping cannot read is lost: said, with the reason.
+            _log.warning("spanpack.otel: %d spans not exported", len(spans), exc_info=True)
             return SpanExportResult.FAILURE
         writer = self.writer
         # write() never raises for a trace it refuses: it counts the refusal

@@ -184,3 +184,14 @@ def test_exporter_options():
         otel.DatadogSpanExporter(AgentWriter("http://127.0.0.1:1"), version="v0.4")
     with pytest.raises(TypeError):
         otel.DatadogSpanExporter(url="http://127.0.0.1:1", no_such_option=1)
+
+
+def test_a_batch_that_cannot_be_mapped_fails_with_a_log_line(exporters, caplog):
+    exporter = exporters(url="http://127.0.0.1:1", version="v0.4", flush_interval=60.0)
+
+    class NotASpan:
+        name = "x"
+
+    assert exporter.export([NotASpan()]) is SpanExportResult.FAILURE
+    assert "1 spans not exported" in caplog.text
+    assert exporter.writer.stats["traces_written"] == 0
