@@ -1444,9 +1444,14 @@ map_span(OtelMapper *m, PyObject *span)
         if (high_int == NULL) {
             goto done;
         }
-        unsigned long long high = PyLong_AsUnsignedLongLongMask(high_int);
+        unsigned long long high = PyLong_AsUnsignedLongLong(high_int);
         Py_DECREF(high_int);
         if (high == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                goto done;
+            }
+            PyErr_Clear(); /* not a 128-bit id: the rules in Python say what it becomes */
+            result = Py_NewRef(Py_None);
             goto done;
         }
         char hex[32];

@@ -95,7 +95,7 @@ _INTERNAL, _SERVER, _CLIENT, _PRODUCER, _CONSUMER = range(5)
 # StatusCode values -> the OTLP names the agent writes.
 _STATUS_NAMES = {0: "Unset", 1: "Ok", 2: "Error"}
 _ERROR_STATUS = 2
-_I64_MAX = (1 << 63) - 1
+_I64_LIMIT = 1 << 63
 _U32_MAX = (1 << 32) - 1
 
 
@@ -148,12 +148,13 @@ def _event_value_text(value: Any) -> str:
 
 
 def _number(value: Any) -> Optional[int]:
-    """An attribute read as an integer: an int, or a float with no fraction."""
-    if value.__class__ is int:
-        return value
-    if value.__class__ is float and value == value and value == int(value) and value < _I64_MAX:
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
+    """An attribute read as an integer: an int (not a bool) or a float with
+    no fraction, within 64 bits signed."""
+    if value.__class__ is float:
+        if value == value and -_I64_LIMIT <= value < _I64_LIMIT and value == int(value):
+            return int(value)
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and -_I64_LIMIT <= value < _I64_LIMIT:
         return int(value)
     return None
 

@@ -49,8 +49,8 @@ VALUES = st.one_of(
     st.booleans(),
     st.integers(-3, 600),
     st.sampled_from([2**63, -(2**63) - 1, 2**70]),
-    st.floats(allow_nan=False, allow_infinity=False, width=32),
-    st.sampled_from([1.0, 200.0, 1.5, 1e21]),
+    st.floats(width=32),
+    st.sampled_from([1.0, 200.0, 1.5, 1e21, -1e300, float("inf"), float("-inf"), float("nan"), 2.0**63]),
     st.lists(TEXTS, max_size=2).map(tuple),
     st.lists(st.integers(0, 9), max_size=2).map(tuple),
 )
@@ -61,15 +61,17 @@ RESOURCE_KEYS = ["service.name", "service.version", "deployment.environment.name
 
 
 def _both(spans: List[Any]) -> None:
-    """C's dict spans equal Python's, entries in the same order."""
+    """C's dict spans equal Python's, entries in the same order (compared as
+    their repr, so that NaN metrics compare equal); a trace id beyond 128 bits
+    or negative is handed back to the Python rules."""
     cache = otel._BatchCache()
     got = otel._map_in_c(spans, cache)
     for span, c_span in zip(spans, got):
-        assert c_span is not None, span.name
+        if c_span is None:
+            assert not 0 <= span.context.trace_id < 2**128, span.name
+            continue
         expected = otel._span_dict(span, otel._BatchCache())
-        assert list(c_span.items()) == list(expected.items())
-        for field in ("meta", "metrics"):
-            assert list(c_span[field].items()) == list(expected[field].items()), field
+        assert repr(list(c_span.items())) == repr(list(expected.items()))
 
 
 @settings(max_examples=400)
@@ -82,7 +84,7 @@ def _both(spans: List[Any]) -> None:
     tracestate=st.sampled_from(["", "a=1", "dd=s:1,b=2"]),
     scope=st.sampled_from([("", None), ("lib", None), ("lib", "1.0")]),
     parent=st.sampled_from([None, 5]),
-    trace_id=st.sampled_from([1, TRACE_ID, 2**128 - 1]),
+    trace_id=st.sampled_from([1, TRACE_ID, 2**128 - 1, 2**128, -1]),
     events=st.lists(st.tuples(st.sampled_from(["exception", "Exception", "boom"]), st.integers(-5, 10**9),
                               st.dictionaries(st.sampled_from(EVENT_KEYS), VALUES, max_size=3)), max_size=3),
     links=st.lists(st.fixed_dictionaries({"trace_id": st.sampled_from([1, TRACE_ID]), "span_id": st.just(9)},
