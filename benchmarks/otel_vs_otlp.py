@@ -1,6 +1,7 @@
 """spanpack.otel against OpenTelemetry's own OTLP encoder, on the same spans.
 
     python benchmarks/otel_vs_otlp.py [--rounds N] [--spans N]   # a table: µs per span and the ratio
+    python benchmarks/otel_vs_otlp.py --instructions            # the same under callgrind: instructions
     pytest benchmarks/otel_vs_otlp.py --benchmark-only --benchmark-group-by=group
 
 Each shape is a batch of spans made by the OpenTelemetry SDK's own tracer
@@ -16,6 +17,12 @@ same fresh spans (the order alternating), medians over the rounds.
 Shapes: ``http_server`` (a server span with 10 attributes), ``db_client`` (a
 client DB span, 5 attributes), ``events_links`` (an internal span with 3
 attributes, 2 events one of them an exception, and 2 links).
+
+``--instructions`` counts instructions instead (valgrind's callgrind, a
+measure other jobs on the machine do not move): for each shape and
+contender, one run encodes 3 fresh batches and one 13, each after one
+warm-up batch; the same two runs without encoding are subtracted (making the
+spans), so what is left is 10 batches' encoding, reported per span.
 
 No test asserts anything about timings.
 """
@@ -143,11 +150,61 @@ def compare(shape: str, count: int, rounds: int) -> Dict[str, float]:
     }
 
 
+def _driver(shape: str, contender: str, batches: int) -> None:
+    """(Run under callgrind by --instructions.)"""
+    spans = [make_spans(shape, 100) for _ in range(batches + 1)]
+    encode = CONTENDERS.get(contender)
+    gc.disable()
+    if encode is not None:
+        for batch in spans:  # the first is the warm-up
+            encode(batch)
+
+
+def _instructions(shape: str, contender: str, batches: int) -> int:
+    import re
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="otel-callgrind-") as temp:
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + temp + "/out", sys.executable, __file__,
+             "--driver", shape, contender, str(batches)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True,
+        )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError("no instruction count from valgrind:\n" + done.stderr[-2000:])
+    return int(found.group(1))
+
+
+def instructions_table() -> None:
+    names = list(CONTENDERS)
+    print("| shape | OTLP instructions/span | spanpack instructions/span | OTLP / spanpack |")
+    print("| --- | --- | --- | --- |")
+    for shape in SHAPES:
+        per_span = {}
+        for contender in ["none"] + names:
+            few, many = (_instructions(shape, contender, batches) for batches in (3, 13))
+            per_span[contender] = (many - few) / (10 * 100)
+        otlp, spanpack = (per_span[name] - per_span["none"] for name in names)
+        print("| %s | %.0f | %.0f | %.1fx |" % (shape, otlp, spanpack, otlp / spanpack))
+
+
 def main() -> None:
+    import sys
+
+    if sys.argv[1:2] == ["--driver"]:
+        _driver(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=41)
     parser.add_argument("--spans", type=int, default=100)
+    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
     args = parser.parse_args()
+    if args.instructions:
+        instructions_table()
+        return
     print("| shape | OTLP µs/span | spanpack µs/span | OTLP / spanpack |")
     print("| --- | --- | --- | --- |")
     for shape in SHAPES:

@@ -231,6 +231,9 @@ typedef struct {
     PyObject *last_resource, *resource_values;
     PyObject *last_scope, *scope_values;
     PyObject *last_trace_state, *trace_state_header;
+    /* A dict span with every key (values None): each span's dict is a copy,
+     * made at its final size in one step, its values then replaced. */
+    PyObject *span_template;
 } OtelMapper;
 
 #define NAME(m, member) PyTuple_GET_ITEM((m)->names, member)
@@ -246,6 +249,7 @@ mapper_clear(OtelMapper *m)
     Py_CLEAR(m->scope_values);
     Py_CLEAR(m->last_trace_state);
     Py_CLEAR(m->trace_state_header);
+    Py_CLEAR(m->span_template);
 }
 
 /* The span's value of a rule attribute (borrowed), or NULL when it has none. */
@@ -615,6 +619,33 @@ done:
     return result;
 }
 
+/* first + separator + second as one str (new reference): PyUnicode_FromFormat
+ * parses its format on every call, which the rules' hot paths cannot afford. */
+static PyObject *
+text_join(PyObject *first, Py_UCS4 separator, PyObject *second)
+{
+    Py_ssize_t first_length = PyUnicode_GET_LENGTH(first),
+               second_length = PyUnicode_GET_LENGTH(second);
+    Py_UCS4 max_char = PyUnicode_MAX_CHAR_VALUE(first);
+    if (PyUnicode_MAX_CHAR_VALUE(second) > max_char) {
+        max_char = PyUnicode_MAX_CHAR_VALUE(second);
+    }
+    if (separator > max_char) {
+        max_char = separator;
+    }
+    PyObject *joined = PyUnicode_New(first_length + 1 + second_length, max_char);
+    if (joined == NULL) {
+        return NULL;
+    }
+    if (PyUnicode_CopyCharacters(joined, 0, first, 0, first_length) < 0 ||
+        PyUnicode_WriteChar(joined, first_length, separator) < 0 ||
+        PyUnicode_CopyCharacters(joined, first_length + 1, second, 0, second_length) < 0) {
+        Py_DECREF(joined);
+        return NULL;
+    }
+    return joined;
+}
+
 /* "<first> <second>", or first alone when second is empty (steals both). */
 static PyObject *
 joined_or_first(PyObject *first, PyObject *second)
@@ -624,8 +655,7 @@ joined_or_first(PyObject *first, PyObject *second)
         Py_DECREF(first);
         return NULL;
     }
-    result =
-        is_empty_text(second) ? Py_NewRef(first) : PyUnicode_FromFormat("%U %U", first, second);
+    result = is_empty_text(second) ? Py_NewRef(first) : text_join(first, ' ', second);
     Py_DECREF(first);
     Py_DECREF(second);
     return result;
@@ -1173,13 +1203,34 @@ set_text_if_found(OtelMapper *m, PyObject *meta, PyObject *attrs, int name, int 
     return rc;
 }
 
+/* The dict span's keys, in the order spanpack's encoder documents them. */
+static const int span_keys[] = {F_TRACE_ID,    F_SPAN_ID,  F_PARENT_ID, F_SERVICE,
+                                F_NAME,        F_RESOURCE, F_SPAN_TYPE, F_START_NS,
+                                F_DURATION_NS, F_ERROR,    F_META,      F_METRICS};
+
+static PyObject *
+span_template_new(PyObject *names)
+{
+    PyObject *template = PyDict_New();
+    if (template == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(span_keys) / sizeof(span_keys[0]); i++) {
+        if (PyDict_SetItem(template, PyTuple_GET_ITEM(names, span_keys[i]), Py_None) < 0) {
+            Py_DECREF(template);
+            return NULL;
+        }
+    }
+    return template;
+}
+
 /* The dict span (into *out), its keys the module's interned field names. */
 static int
 span_dict_build(OtelMapper *m, SdkFields *f, PyObject *service, PyObject *name, PyObject *resource,
                 PyObject *type, long long start, long long end, long long error, PyObject *meta,
                 PyObject *metrics, PyObject **out)
 {
-    PyObject *dict = PyDict_New();
+    PyObject *dict = PyDict_Copy(m->span_template);
     PyObject *start_ns = PyLong_FromLongLong(start);
     PyObject *duration_ns = PyLong_FromLongLong(end > start ? end - start : 0);
     PyObject *error_flag = PyLong_FromLongLong(error);
@@ -1190,8 +1241,6 @@ span_dict_build(OtelMapper *m, SdkFields *f, PyObject *service, PyObject *name, 
         goto done;
     }
     PyObject *parent_id = f->parent == Py_None ? zero : PyTuple_GET_ITEM(f->parent, 1);
-    const int keys[] = {F_TRACE_ID,  F_SPAN_ID,  F_PARENT_ID,   F_SERVICE, F_NAME, F_RESOURCE,
-                        F_SPAN_TYPE, F_START_NS, F_DURATION_NS, F_ERROR,   F_META, F_METRICS};
     PyObject *values[] = {PyTuple_GET_ITEM(f->context, 0),
                           PyTuple_GET_ITEM(f->context, 1),
                           parent_id,
@@ -1204,8 +1253,8 @@ span_dict_build(OtelMapper *m, SdkFields *f, PyObject *service, PyObject *name, 
                           error_flag,
                           meta,
                           metrics};
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        if (PyDict_SetItem(dict, NAME(m, keys[i]), values[i]) < 0) {
+    for (size_t i = 0; i < sizeof(span_keys) / sizeof(span_keys[0]); i++) {
+        if (PyDict_SetItem(dict, NAME(m, span_keys[i]), values[i]) < 0) {
             goto done;
         }
     }
@@ -1369,7 +1418,13 @@ map_span(OtelMapper *m, PyObject *span)
             }
         }
         if (code != 0) {
-            PyObject *code_text = PyUnicode_FromFormat("%lld", code);
+            char digits[12];
+            int length = 0;
+            for (long long rest = code; rest > 0; rest /= 10) {
+                digits[sizeof digits - 1 - length++] = (char)('0' + rest % 10);
+            }
+            PyObject *code_text =
+                PyUnicode_FromStringAndSize(digits + sizeof digits - length, length);
             int rc =
                 code_text == NULL ? -1 : PyDict_SetItem(meta, NAME(m, HTTP_STATUS_CODE), code_text);
             Py_XDECREF(code_text);
@@ -1612,7 +1667,7 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     OtelMapper m = {.names = state->otel_names, .rule_index = state->otel_rule_index, .plan = plan};
     Py_ssize_t count = PySequence_Fast_GET_SIZE(spans);
     PyObject *out = PyList_New(count);
-    if (out == NULL) {
+    if (out == NULL || (m.span_template = span_template_new(m.names)) == NULL) {
         goto error;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
