@@ -216,7 +216,7 @@ enum {
 };
 
 /* A resource's values, as _ResourceValues.as_tuple() gives them. */
-enum { RES_SERVICE, RES_VERSION, RES_ENV, RES_FIRST, RES_META, RES_METRICS, RES_GUARDED, RES_SIZE };
+enum { RES_SERVICE, RES_VERSION, RES_ENV, RES_FIRST, RES_META, RES_METRICS, RES_SIZE };
 
 typedef struct {
     PyObject *names;      /* borrowed: the module's name tuple */
@@ -234,6 +234,10 @@ typedef struct {
     /* A dict span with every key (values None): each span's dict is a copy,
      * made at its final size in one step, its values then replaced. */
     PyObject *span_template;
+    /* The resource's tags then the scope's, where each span's meta starts,
+     * made again when either values_for answer changes (values_made counts). */
+    PyObject *base_meta;
+    unsigned long values_made, base_made;
 } OtelMapper;
 
 #define NAME(m, member) PyTuple_GET_ITEM((m)->names, member)
@@ -250,6 +254,7 @@ mapper_clear(OtelMapper *m)
     Py_CLEAR(m->last_trace_state);
     Py_CLEAR(m->trace_state_header);
     Py_CLEAR(m->span_template);
+    Py_CLEAR(m->base_meta);
 }
 
 /* The span's value of a rule attribute (borrowed), or NULL when it has none. */
@@ -942,9 +947,7 @@ values_for(OtelMapper *m, PyObject *object, PyObject **last, PyObject **values, 
     for (Py_ssize_t i = 0; good && i < size; i++) {
         PyObject *value = PyTuple_GET_ITEM(made, i);
         if (size == RES_SIZE) {
-            good = i <= RES_ENV       ? PyUnicode_Check(value)
-                   : i == RES_GUARDED ? PyTuple_CheckExact(value)
-                                      : PyDict_CheckExact(value);
+            good = i <= RES_ENV ? PyUnicode_Check(value) : PyDict_CheckExact(value);
         }
         else {
             good = PyDict_CheckExact(value);
@@ -957,6 +960,7 @@ values_for(OtelMapper *m, PyObject *object, PyObject **last, PyObject **values, 
     }
     Py_XSETREF(*values, made);
     Py_XSETREF(*last, Py_NewRef(object));
+    m->values_made++;
     return made;
 }
 
@@ -1190,17 +1194,57 @@ trace_state_header(OtelMapper *m, PyObject *state)
     return Py_NewRef(m->trace_state_header);
 }
 
+/* A tag of rules 8-11 on a meta that holds the resource's and the scope's
+ * tags already: the agent sets it before those, so a scope tag of the key
+ * stands, and a resource tag of the key stands unless the key is guarded
+ * (rule 12: the earlier non-empty value is kept). */
 static int
-set_text_if_found(OtelMapper *m, PyObject *meta, PyObject *attrs, int name, int key)
+set_early(OtelMapper *m, PyObject *meta, PyObject *res, PyObject *scope, PyObject *key,
+          PyObject *text)
+{
+    int held = PyDict_Contains(PyTuple_GET_ITEM(scope, 0), key);
+    if (held != 0) {
+        return held < 0 ? -1 : 0;
+    }
+    int guarded = PySet_Contains(PLAN(m, PLAN_GUARDED), key);
+    if (guarded < 0) {
+        return -1;
+    }
+    if (!guarded && (held = PyDict_Contains(PyTuple_GET_ITEM(res, RES_META), key)) != 0) {
+        return held < 0 ? -1 : 0;
+    }
+    return PyDict_SetItem(meta, key, text);
+}
+
+/* Rule 11: attrs[name] as the tag key, when not empty. */
+static int
+set_early_if_found(OtelMapper *m, PyObject *meta, PyObject *res, PyObject *scope, PyObject *attrs,
+                   int name, int key)
 {
     int found;
     PyObject *text = attr_text(m, attrs, name, &found);
     if (text == NULL) {
         return PyErr_Occurred() ? -1 : 0;
     }
-    int rc = is_empty_text(text) ? 0 : PyDict_SetItem(meta, NAME(m, key), text);
+    int rc = is_empty_text(text) ? 0 : set_early(m, meta, res, scope, NAME(m, key), text);
     Py_DECREF(text);
     return rc;
+}
+
+/* The meta every span of this resource and scope starts from (borrowed). */
+static PyObject *
+base_meta(OtelMapper *m, PyObject *res, PyObject *scope)
+{
+    if (m->base_meta == NULL || m->base_made != m->values_made) {
+        PyObject *base = PyDict_Copy(PyTuple_GET_ITEM(res, RES_META));
+        if (base == NULL || PyDict_Update(base, PyTuple_GET_ITEM(scope, 0)) < 0) {
+            Py_XDECREF(base);
+            return NULL;
+        }
+        Py_XSETREF(m->base_meta, base);
+        m->base_made = m->values_made;
+    }
+    return m->base_meta;
 }
 
 /* The dict span's keys, in the order spanpack's encoder documents them. */
@@ -1329,7 +1373,8 @@ map_span(OtelMapper *m, PyObject *span)
         goto done;
     }
     PyObject *attrs = f.attributes;
-    if (rule_values_read(m, attrs) < 0 || (meta = PyDict_New()) == NULL ||
+    PyObject *base = base_meta(m, res, scope);
+    if (base == NULL || rule_values_read(m, attrs) < 0 || (meta = PyDict_Copy(base)) == NULL ||
         (metrics = PyDict_New()) == NULL) {
         goto done;
     }
@@ -1362,8 +1407,8 @@ map_span(OtelMapper *m, PyObject *span)
     if ((text = attr_text(m, attrs, DATADOG_SPAN_KIND, &found)) == NULL && PyErr_Occurred()) {
         goto done;
     }
-    if (PyDict_SetItem(meta, NAME(m, K_SPAN_KIND),
-                       text != NULL ? text : NAME(m, kind_names[kind])) < 0) {
+    if (set_early(m, meta, res, scope, NAME(m, K_SPAN_KIND),
+                  text != NULL ? text : NAME(m, kind_names[kind])) < 0) {
         goto done;
     }
     Py_CLEAR(text);
@@ -1425,8 +1470,9 @@ map_span(OtelMapper *m, PyObject *span)
             }
             PyObject *code_text =
                 PyUnicode_FromStringAndSize(digits + sizeof digits - length, length);
-            int rc =
-                code_text == NULL ? -1 : PyDict_SetItem(meta, NAME(m, HTTP_STATUS_CODE), code_text);
+            int rc = code_text == NULL
+                         ? -1
+                         : set_early(m, meta, res, scope, NAME(m, HTTP_STATUS_CODE), code_text);
             Py_XDECREF(code_text);
             if (rc < 0) {
                 goto done;
@@ -1456,36 +1502,14 @@ map_span(OtelMapper *m, PyObject *span)
         {DATADOG_ERROR_STACK, K_ERROR_STACK},
     };
     for (int i = 0; i < 6; i++) {
-        if (set_text_if_found(m, meta, attrs, dd_tags[i][0], dd_tags[i][1]) < 0) {
+        if (set_early_if_found(m, meta, res, scope, attrs, dd_tags[i][0], dd_tags[i][1]) < 0) {
             goto done;
         }
     }
-    /* Rules 12-13: the resource's and the scope's tags, the trace id, version. */
+    /* Rules 12-13 (the resource's and the scope's tags are in meta already):
+     * the resource's metrics, the trace id, version. */
     {
-        PyObject *res_meta = PyTuple_GET_ITEM(res, RES_META);
-        PyObject *guarded = PyTuple_GET_ITEM(res, RES_GUARDED);
-        int clash = 0;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(guarded); i++) {
-            int held = PyDict_Contains(meta, PyTuple_GET_ITEM(guarded, i));
-            if (held < 0) {
-                goto done;
-            }
-            clash |= held;
-        }
-        if (clash) {
-            PyObject *key, *value;
-            Py_ssize_t pos = 0;
-            while (PyDict_Next(res_meta, &pos, &key, &value)) {
-                if (put_tag(m, meta, metrics, key, value) < 0) {
-                    goto done;
-                }
-            }
-        }
-        else if (PyDict_Update(meta, res_meta) < 0) {
-            goto done;
-        }
-        if (PyDict_Update(metrics, PyTuple_GET_ITEM(res, RES_METRICS)) < 0 ||
-            PyDict_Update(meta, PyTuple_GET_ITEM(scope, 0)) < 0) {
+        if (PyDict_Update(metrics, PyTuple_GET_ITEM(res, RES_METRICS)) < 0) {
             goto done;
         }
         PyObject *trace_id = PyTuple_GET_ITEM(f.context, 0);

@@ -199,7 +199,7 @@ _RESOURCE_FIRST = (
 class _ResourceValues:
     """What a resource contributes to each of its spans."""
 
-    __slots__ = ("resource", "service", "version", "env", "first", "meta", "metrics", "guarded", "as_tuple")
+    __slots__ = ("resource", "service", "version", "env", "first", "meta", "metrics", "as_tuple")
 
     def __init__(self, resource: Any) -> None:
         self.resource = resource  # kept so that its id() is not reused within the batch
@@ -233,9 +233,8 @@ class _ResourceValues:
         self.meta = meta
         self.metrics = metrics
         # the resource's tags that a datadog.* span attribute set first keeps
-        self.guarded = tuple(key for key in meta if key in _GUARDED_KEYS)
         # for ext/otel_map.c (its RES_* order)
-        self.as_tuple = (self.service, self.version, self.env, self.first, meta, metrics, self.guarded)
+        self.as_tuple = (self.service, self.version, self.env, self.first, meta, metrics)
 
 
 class _ScopeValues:
@@ -269,7 +268,7 @@ class _ScopeTail:
 class _BatchCache:
     """Resource and scope values by object identity, for one batch."""
 
-    __slots__ = ("resources", "scopes", "readers", "tag_keys", "trace_hex")
+    __slots__ = ("resources", "scopes", "readers", "tag_keys", "trace_hex", "bases")
 
     def __init__(self) -> None:
         self.resources: Dict[int, _ResourceValues] = {}
@@ -277,11 +276,19 @@ class _BatchCache:
         self.readers: Dict[type, Any] = {}
         self.tag_keys: Dict[str, str] = {}
         self.trace_hex: Dict[int, str] = {}  # a batch's spans share few trace ids
+        self.bases: Dict[Tuple[int, int], Dict[str, str]] = {}
 
     def reader(self, cls: type) -> Any:
         found = self.readers.get(cls)
         if found is None:
             found = self.readers[cls] = _reader_for(cls)
+        return found
+
+    def base_meta(self, res: _ResourceValues, scope: _ScopeValues) -> Dict[str, str]:
+        """The resource's tags then the scope's: where each span's meta starts."""
+        found = self.bases.get((id(res), id(scope)))
+        if found is None:
+            found = self.bases[(id(res), id(scope))] = {**res.meta, **scope.meta}
         return found
 
     # The per-batch values in the forms ext/otel_map.c takes.
@@ -494,6 +501,17 @@ _DATADOG_KEYS = frozenset(
 _SPECIAL_TAGS = _GUARDED_KEYS | {"analytics.event", "sampling.priority"}
 
 
+def _set_early(meta: Dict[str, str], key: str, text: str, res: _ResourceValues, scope: _ScopeValues) -> None:
+    """A tag of rules 8-11 on a meta that holds the resource's and the
+    scope's tags already: the agent sets it before those, so a scope tag of
+    the key stands, and a resource tag of the key stands unless the key is
+    guarded (rule 12: the earlier non-empty value is kept)."""
+    if key in scope.meta:
+        return
+    if key in _GUARDED_KEYS or key not in res.meta:
+        meta[key] = text
+
+
 def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
     fields = _sdk_fields(span) if cache.reader(span.__class__) is _read_sdk_span else None
     if fields is not None:
@@ -532,9 +550,12 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
 
     service = name = resource = span_type = ""
     error = None
-    meta: Dict[str, str] = {}
+    # The resource's tags, then the scope's, come first: what rules 8-11 set
+    # is added after them, with the value the agent's order gives (_set_early).
+    meta = cache.base_meta(res, scope_values).copy()
     metrics: Dict[str, float] = {}
     has_datadog = not _DATADOG_KEYS.isdisjoint(attributes)
+    kind_tag = _KIND_NAMES[kind]
     if has_datadog:
         service = _span_text(attributes, "datadog.service") or ""
         name = _span_text(attributes, "datadog.name") or ""
@@ -544,9 +565,9 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
         if raw is not None:
             error = _number(raw)
         raw = get("datadog.span.kind")
-        meta["span.kind"] = _text(raw) if raw is not None else _KIND_NAMES[kind]
-    else:
-        meta["span.kind"] = _KIND_NAMES[kind]
+        if raw is not None:
+            kind_tag = _text(raw)
+    _set_early(meta, "span.kind", kind_tag, res, scope_values)
     if error is None:
         error = 1 if status_code == _ERROR_STATUS else 0
     if not service:
@@ -570,7 +591,7 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
             if key == "datadog.http_status_code":
                 break  # the Datadog attribute decides even when it is no number
     if code:
-        meta["http.status_code"] = str(code)
+        _set_early(meta, "http.status_code", str(code), res, scope_values)
     raw = get("_dd.measured")
     if (raw is not None and _number(raw) == 1) or kind == _CLIENT or kind == _PRODUCER:
         metrics["_dd.measured"] = 1.0
@@ -581,16 +602,9 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
             if raw is not None:
                 text = _text(raw)
                 if text:
-                    meta[tag] = text
-    if res.guarded and not meta.keys().isdisjoint(res.guarded):
-        for key, text in res.meta.items():
-            _put_tag(meta, metrics, key, text)
-    else:
-        meta.update(res.meta)
+                    _set_early(meta, tag, text, res, scope_values)
     if res.metrics:
         metrics.update(res.metrics)
-    if scope_values.meta:
-        meta.update(scope_values.meta)
     trace_id = context.trace_id
     trace_hex = cache.trace_hex.get(trace_id)
     if trace_hex is None:

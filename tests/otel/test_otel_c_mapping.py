@@ -20,6 +20,7 @@ from opentelemetry.sdk.resources import Resource  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope  # noqa: E402
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode  # noqa: E402
 
 from spanpack import otel  # noqa: E402
@@ -60,6 +61,13 @@ RESOURCE_KEYS = ["service.name", "service.version", "deployment.environment.name
                  "resource.name", "env", "version", "error.message", "analytics.event", "container.id", "count"]
 
 
+def _scope(scope, attributes) -> InstrumentationScope:
+    try:
+        return InstrumentationScope(scope[0], scope[1], None, attributes)
+    except TypeError:  # an SDK before scope attributes (1.20)
+        return InstrumentationScope(*scope)
+
+
 def _both(spans: List[Any]) -> None:
     """C's dict spans equal Python's, entries in the same order (compared as
     their repr, so that NaN metrics compare equal); a trace id beyond 128 bits
@@ -83,6 +91,8 @@ def _both(spans: List[Any]) -> None:
     description=st.sampled_from([None, "", "broke"]),
     tracestate=st.sampled_from(["", "a=1", "dd=s:1,b=2"]),
     scope=st.sampled_from([("", None), ("lib", None), ("lib", "1.0")]),
+    scope_attributes=st.dictionaries(st.sampled_from(["span.kind", "env", "http.status_code", "error.type", "x"]),
+                                     TEXTS, max_size=3),
     parent=st.sampled_from([None, 5]),
     trace_id=st.sampled_from([1, TRACE_ID, 2**128 - 1, 2**128, -1]),
     events=st.lists(st.tuples(st.sampled_from(["exception", "Exception", "boom"]), st.integers(-5, 10**9),
@@ -93,13 +103,14 @@ def _both(spans: List[Any]) -> None:
                    max_size=2),
 )
 def test_c_mapping_is_the_python_mapping(attributes, resource, kind, status, description, tracestate, scope,
-                                         parent, trace_id, events, links):
+                                         scope_attributes, parent, trace_id, events, links):
     for link in links:
         link["attributes"] = list(link.get("attributes", {}).items())
     span = make_span(trace_id=trace_id, span_id=SPAN_ID, parent_id=parent, name="span-name", kind=kind,
                      attributes=list(attributes.items()), resource=list(resource.items()),
                      status=(status, description if status == "error" else None), tracestate=tracestate,
-                     scope=scope, events=[(n, t, list(a.items())) for n, t, a in events], links=links)
+                     scope_object=_scope(scope, scope_attributes),
+                     events=[(n, t, list(a.items())) for n, t, a in events], links=links)
     try:
         expected: Optional[Dict[str, Any]] = otel._span_dict(span, otel._BatchCache())
     except OverflowError:

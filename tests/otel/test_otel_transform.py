@@ -298,3 +298,24 @@ def test_map_span_gives_the_dict_span_encoded():
     span = make_span(trace_id=1, span_id=2, name="n", kind="server")
     mapped = otel.map_span(span)
     assert (mapped["name"], mapped["span_type"], mapped["meta"]["span.kind"]) == ("server.request", "web", "server")
+
+
+def test_early_tags_against_resource_and_scope_tags():
+    """Rules 8-13 in the agent's order: span.kind and the other tags of rules
+    8-11 are set before the resource's tags (which replace span.kind but not a
+    guarded tag already set) and the scope's (which replace any)."""
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    resource = [("span.kind", "r-kind"), ("env", "r-env"), ("http.status_code", "r-code")]
+    attributes = [("datadog.env", "d-env"), ("http.response.status_code", 200)]
+    got = _mapped("server", attributes, resource)
+    assert (got["meta"]["span.kind"], got["meta"]["env"], got["meta"]["http.status_code"]) == (
+        "r-kind", "d-env", "200")
+    try:
+        scope = InstrumentationScope("lib", "1", None, {"span.kind": "s-kind", "http.status_code": "s-code"})
+    except TypeError:
+        pytest.skip("this SDK's scopes have no attributes")
+    span = make_span(trace_id=TRACE_ID, span_id=SPAN_ID, kind="server", name="n", attributes=attributes,
+                     resource=resource, scope_object=scope)
+    meta = _only_span(otel.encode_spans([span]))["meta"]
+    assert (meta["span.kind"], meta["env"], meta["http.status_code"]) == ("s-kind", "d-env", "s-code")
