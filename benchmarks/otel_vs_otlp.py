@@ -22,7 +22,8 @@ attributes, 2 events one of them an exception, and 2 links).
 measure other jobs on the machine do not move): for each shape and
 contender, one run encodes 3 fresh batches and one 13, each after one
 warm-up batch; the same two runs without encoding are subtracted (making the
-spans), so what is left is 10 batches' encoding, reported per span.
+spans), so what is left is 10 batches' encoding, reported per span
+(PYTHONHASHSEED=0 in every run, so that dict and set layouts agree).
 
 No test asserts anything about timings.
 """
@@ -161,6 +162,7 @@ def _driver(shape: str, contender: str, batches: int) -> None:
 
 
 def _instructions(shape: str, contender: str, batches: int) -> int:
+    import os
     import re
     import subprocess
     import sys
@@ -171,6 +173,7 @@ def _instructions(shape: str, contender: str, batches: int) -> int:
             ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + temp + "/out", sys.executable, __file__,
              "--driver", shape, contender, str(batches)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True,
+            env=dict(os.environ, PYTHONHASHSEED="0"),  # the same dict and set layouts in every run
         )
     found = re.search(r"Collected : (\d+)", done.stderr)
     if found is None:
