@@ -857,13 +857,39 @@ def _encoder_options(version: str, options: Dict[str, Any]) -> Dict[str, Any]:
     return options
 
 
+# Encoders made by encode_spans, kept per thread (an encoder's one-shot calls
+# may run Python code, the links and events converters, so one encoder is
+# never shared between threads) and per version and options, when these are
+# plain values: making one costs about as much as encoding 100 spans' tags.
+_encoders = threading.local()
+_KEPT_ENCODERS = 8
+
+
+def _encoder_for(version: str, options: Dict[str, Any]) -> TraceMsgPackEncoder:
+    options = _encoder_options(version, options)
+    try:
+        key: Any = (version, tuple(sorted(options.items())))
+        hash(key)
+    except TypeError:  # a dict of default tags: made for this call
+        return TraceMsgPackEncoder(version, **options)
+    kept: Optional[Dict[Any, TraceMsgPackEncoder]] = getattr(_encoders, "kept", None)
+    if kept is None:
+        kept = _encoders.kept = {}
+    encoder = kept.get(key)
+    if encoder is None:
+        encoder = TraceMsgPackEncoder(version, **options)  # bad options raise here, never kept
+        if len(kept) >= _KEPT_ENCODERS:
+            kept.clear()
+        kept[key] = encoder
+    return encoder
+
+
 def encode_spans(spans: Iterable[Any], version: str = "v0.4", **encoder_options: Any) -> bytes:
     """One payload for ``version`` ("v0.4", "v0.5" or "v1.0") holding the
     spans, grouped by trace id.  ``encoder_options`` go to
     :class:`spanpack.TraceMsgPackEncoder` (v0.4 writes span events natively
     unless ``native_span_events=False``)."""
-    encoder = TraceMsgPackEncoder(version, **_encoder_options(version, dict(encoder_options)))
-    return encoder.encode_traces(map_spans(spans))
+    return _encoder_for(version, dict(encoder_options)).encode_traces(map_spans(spans))
 
 
 # -- the exporter ----------------------------------------------------------------

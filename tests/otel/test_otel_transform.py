@@ -319,3 +319,22 @@ def test_early_tags_against_resource_and_scope_tags():
                      resource=resource, scope_object=scope)
     meta = _only_span(otel.encode_spans([span]))["meta"]
     assert (meta["span.kind"], meta["env"], meta["http.status_code"]) == ("s-kind", "d-env", "s-code")
+
+
+def test_encode_spans_gives_the_same_bytes_with_a_kept_encoder():
+    """encode_spans keeps its encoder per thread and options: a later call
+    gives what a fresh encoder gives, and another thread gets its own."""
+    import threading
+
+    from spanpack import TraceMsgPackEncoder
+
+    spans = [_case_span(case) for case in CASES]
+    fresh = TraceMsgPackEncoder("v0.4", native_span_events=True).encode_traces(otel.map_spans(spans))
+    assert otel.encode_spans(spans) == otel.encode_spans(spans) == fresh
+    assert otel.encode_spans(spans, "v0.5") == TraceMsgPackEncoder("v0.5").encode_traces(otel.map_spans(spans))
+    kept = otel._encoders.kept
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append((otel.encode_spans(spans), otel._encoders.kept)))
+    thread.start()
+    thread.join()
+    assert seen[0][0] == fresh and seen[0][1] is not kept
