@@ -2,6 +2,7 @@
  * initialisation (PEP 489) and the module-level functions. */
 #include "layout_probes.h"
 #include "mpwrite.h"
+#include "otel_map.h"
 #include "packer.h"
 #include "spanfields.h"
 #include "state.h"
@@ -158,7 +159,8 @@ spanpack_exec(PyObject *module)
         PyModule_AddObjectRef(module, "SpanFieldWarning", state->span_field_warning) < 0) {
         return -1;
     }
-    if (packer_module_init(module, state) < 0 || trace_encoder_module_init(module, state) < 0) {
+    if (packer_module_init(module, state) < 0 || trace_encoder_module_init(module, state) < 0 ||
+        otel_map_module_init(state) < 0) {
         return -1;
     }
     return 0;
@@ -231,6 +233,9 @@ static PyMethodDef spanpack_functions[] = {
     {"_check_msgpack_length", spanpack_check_msgpack_length, METH_O,
      "_check_msgpack_length($module, length, /)\n--\n\nRaise ValueError unless length fits a "
      "msgpack header (a test hook)."},
+    {"_otel_map_spans", (PyCFunction)(void (*)(void))otel_map_spans, METH_FASTCALL,
+     "_otel_map_spans($module, spans, plan, /)\n--\n\nOpenTelemetry SDK spans as dict spans, None "
+     "for each one spanpack.otel maps in Python (its plan: spanpack.otel._c_plan)."},
     {NULL, NULL, 0, NULL},
 };
 

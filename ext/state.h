@@ -44,7 +44,11 @@
     X(buffer_full_error)                                                                           \
     X(buffer_item_too_large_error)                                                                 \
     /* spanpack.SpanFieldWarning, a field kept under another name: module exec. */                 \
-    X(span_field_warning)
+    X(span_field_warning)                                                                          \
+    /* The interned names of the OpenTelemetry mapping and its rule attributes' index              \
+     * (otel_map.c). */                                                                            \
+    X(otel_names)                                                                                  \
+    X(otel_rule_index)
 
 /* Interned str: X(member, text). */
 #define SPANPACK_STATE_STRINGS(X)                                                                  \

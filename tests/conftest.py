@@ -55,7 +55,12 @@ if _in_ci():
 from tests.integration.agent import AgentUnavailable, start_agent
 
 # Import names that differ from the distribution's (canonical) name.
-_MODULE_OF_DISTRIBUTION = {"ddapm-test-agent": "ddapm_test_agent"}
+_MODULE_OF_DISTRIBUTION = {
+    "ddapm-test-agent": "ddapm_test_agent",
+    # The OpenTelemetry distributions share one namespace package.
+    "opentelemetry-sdk": "opentelemetry",
+    "opentelemetry-exporter-otlp-proto-common": "opentelemetry",
+}
 # pytest.importorskip's own reason when called without reason=.
 _IMPORT_SKIP = re.compile(r"could not import '([A-Za-z_][\w.]*)'")
 _THIS_PYTHON = "Python %d.%d" % sys.version_info[:2]

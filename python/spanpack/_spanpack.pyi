@@ -89,6 +89,9 @@ def packb(
 # Test hook: the length check of every msgpack header writer.
 def _check_msgpack_length(length: int, /) -> None: ...
 
+# spanpack.otel's per-span mapping (ext/otel_map.c); plan: spanpack.otel._map_in_c.
+def _otel_map_spans(spans: Sequence[Any], plan: Tuple[Any, ...], /) -> List[Optional[Dict[str, Any]]]: ...
+
 class BufferFull(Exception):
     """args[0]: the rejected trace's encoded size."""
 

@@ -1,0 +1,1712 @@
+/* OpenTelemetry SDK spans mapped to Datadog dict spans, in C: the per-span
+ * part of spanpack.otel's mapping (docs/otel.md, rules 1-22) for spans of a
+ * class the Python side has approved (the SDK's ReadableSpan, read through
+ * the fields its properties return).
+ *
+ * python/spanpack/otel.py keeps the same rules in Python: it is the
+ * reference (tests/otel compare the two on every test span) and maps what
+ * this file hands back as None: a span of another class, or one whose fields
+ * are not what the SDK keeps.  Links and events are converted by its
+ * functions (given in the plan).  Per-batch values (a resource's tags and service, a scope's
+ * tags, the attribute key mapping) are worked out in Python once per
+ * resource or scope object and given here through the plan tuple. */
+#include "otel_map.h"
+
+#include "state.h"
+
+#include <math.h>
+
+/* Interned names, one tuple in the module state (state->otel_names). */
+#define OTEL_NAMES(X)                                                                              \
+    /* ReadableSpan's fields and the SDK objects' own. */                                          \
+    X(A_CONTEXT, "_context")                                                                       \
+    X(A_ATTRIBUTES, "_attributes")                                                                 \
+    X(A_EVENTS, "_events")                                                                         \
+    X(A_LINKS, "_links")                                                                           \
+    X(A_RESOURCE, "_resource")                                                                     \
+    X(A_SCOPE, "_instrumentation_scope")                                                           \
+    X(A_KIND, "_kind")                                                                             \
+    X(A_STATUS, "_status")                                                                         \
+    X(A_PARENT, "_parent")                                                                         \
+    X(A_NAME, "_name")                                                                             \
+    X(A_START, "_start_time")                                                                      \
+    X(A_END, "_end_time")                                                                          \
+    X(A_DICT, "_dict")                                                                             \
+    X(A_DQ, "_dq")                                                                                 \
+    X(A_STATUS_CODE, "_status_code")                                                               \
+    X(A_DESCRIPTION, "_description")                                                               \
+    X(A_TO_HEADER, "to_header")                                                                    \
+    X(A_LOWER, "lower")                                                                            \
+    X(A_EVENT_NAME, "name")                                                                        \
+    X(A_EVENT_ATTRIBUTES, "attributes")                                                            \
+    X(A_GET, "get")                                                                                \
+    X(EXCEPTION_MESSAGE, "exception.message")                                                      \
+    X(EXCEPTION_TYPE, "exception.type")                                                            \
+    X(EXCEPTION_STACKTRACE, "exception.stacktrace")                                                \
+    X(K_HAS_EXCEPTION, "_dd.span_events.has_exception")                                            \
+    X(V_EXCEPTION, "exception")                                                                    \
+    X(F_LINKS, "links")                                                                            \
+    X(F_EVENTS, "events")                                                                          \
+    /* Span attributes the rules read. */                                                          \
+    X(DATADOG_SERVICE, "datadog.service")                                                          \
+    X(DATADOG_NAME, "datadog.name")                                                                \
+    X(DATADOG_RESOURCE, "datadog.resource")                                                        \
+    X(DATADOG_TYPE, "datadog.type")                                                                \
+    X(DATADOG_ERROR, "datadog.error")                                                              \
+    X(DATADOG_SPAN_KIND, "datadog.span.kind")                                                      \
+    X(DATADOG_HTTP_STATUS_CODE, "datadog.http_status_code")                                        \
+    X(DATADOG_ENV, "datadog.env")                                                                  \
+    X(DATADOG_VERSION, "datadog.version")                                                          \
+    X(DATADOG_ERROR_MSG, "datadog.error.msg")                                                      \
+    X(DATADOG_ERROR_TYPE, "datadog.error.type")                                                    \
+    X(DATADOG_ERROR_STACK, "datadog.error.stack")                                                  \
+    X(SERVICE_NAME, "service.name")                                                                \
+    X(OPERATION_NAME, "operation.name")                                                            \
+    X(HTTP_METHOD, "http.method")                                                                  \
+    X(HTTP_REQUEST_METHOD, "http.request.method")                                                  \
+    X(DB_SYSTEM, "db.system")                                                                      \
+    X(DB_SYSTEM_NAME, "db.system.name")                                                            \
+    X(MESSAGING_SYSTEM, "messaging.system")                                                        \
+    X(MESSAGING_OPERATION, "messaging.operation")                                                  \
+    X(MESSAGING_OPERATION_TYPE, "messaging.operation.type")                                        \
+    X(RPC_SYSTEM, "rpc.system")                                                                    \
+    X(RPC_SERVICE, "rpc.service")                                                                  \
+    X(FAAS_INVOKED_PROVIDER, "faas.invoked_provider")                                              \
+    X(FAAS_INVOKED_NAME, "faas.invoked_name")                                                      \
+    X(FAAS_TRIGGER, "faas.trigger")                                                                \
+    X(GRAPHQL_OPERATION_TYPE, "graphql.operation.type")                                            \
+    X(NETWORK_PROTOCOL_NAME, "network.protocol.name")                                              \
+    X(RESOURCE_NAME, "resource.name")                                                              \
+    X(HTTP_ROUTE, "http.route")                                                                    \
+    X(MESSAGING_DESTINATION, "messaging.destination")                                              \
+    X(MESSAGING_DESTINATION_NAME, "messaging.destination.name")                                    \
+    X(RPC_METHOD, "rpc.method")                                                                    \
+    X(GRAPHQL_OPERATION_NAME, "graphql.operation.name")                                            \
+    X(DB_STATEMENT, "db.statement")                                                                \
+    X(DB_QUERY_TEXT, "db.query.text")                                                              \
+    X(SPAN_TYPE, "span.type")                                                                      \
+    X(HTTP_RESPONSE_STATUS_CODE, "http.response.status_code")                                      \
+    X(HTTP_STATUS_CODE, "http.status_code")                                                        \
+    X(DD_MEASURED, "_dd.measured")                                                                 \
+    /* Tags and metrics written. */                                                                \
+    X(K_SPAN_KIND, "span.kind")                                                                    \
+    X(K_ENV, "env")                                                                                \
+    X(K_VERSION, "version")                                                                        \
+    X(K_ERROR_MESSAGE, "error.message")                                                            \
+    X(K_ERROR_TYPE, "error.type")                                                                  \
+    X(K_ERROR_STACK, "error.stack")                                                                \
+    X(K_OTEL_TRACE_ID, "otel.trace_id")                                                            \
+    X(K_W3C_TRACESTATE, "w3c.tracestate")                                                          \
+    X(K_OTEL_STATUS_CODE, "otel.status_code")                                                      \
+    X(K_OTEL_STATUS_DESCRIPTION, "otel.status_description")                                        \
+    X(K_HTTP_STATUS_TEXT, "http.status_text")                                                      \
+    X(K_ANALYTICS_EVENT, "analytics.event")                                                        \
+    X(K_SAMPLING_PRIORITY, "sampling.priority")                                                    \
+    X(K_SAMPLING_PRIORITY_V1, "_sampling_priority_v1")                                             \
+    X(K_EVENT_EXTRACTION, "_dd1.sr.eausr")                                                         \
+    /* Values. */                                                                                  \
+    X(V_EMPTY, "")                                                                                 \
+    X(V_TRUE, "true")                                                                              \
+    X(V_FALSE, "false")                                                                            \
+    X(V_UNSET, "Unset")                                                                            \
+    X(V_OK, "Ok")                                                                                  \
+    X(V_ERROR, "Error")                                                                            \
+    X(V_INTERNAL, "internal")                                                                      \
+    X(V_SERVER, "server")                                                                          \
+    X(V_CLIENT, "client")                                                                          \
+    X(V_PRODUCER, "producer")                                                                      \
+    X(V_CONSUMER, "consumer")                                                                      \
+    X(V_DEFAULT_SERVICE, "otlpresourcenoservicename")                                              \
+    X(V_HTTP_SERVER_REQUEST, "http.server.request")                                                \
+    X(V_HTTP_CLIENT_REQUEST, "http.client.request")                                                \
+    X(V_SERVER_REQUEST, "server.request")                                                          \
+    X(V_CLIENT_REQUEST, "client.request")                                                          \
+    X(V_GRAPHQL_SERVER_REQUEST, "graphql.server.request")                                          \
+    X(V_AWS_CLIENT_REQUEST, "aws.client.request")                                                  \
+    X(V_AWS_API, "aws-api")                                                                        \
+    X(V_OTHER, "_OTHER")                                                                           \
+    X(V_HTTP_METHOD_OTHER, "HTTP")                                                                 \
+    X(V_WEB, "web")                                                                                \
+    X(V_HTTP, "http")                                                                              \
+    X(V_CUSTOM, "custom")                                                                          \
+    X(V_DB, "db")                                                                                  \
+    /* The dict span's keys (spanpack's SPAN_FIELDS). */                                           \
+    X(F_TRACE_ID, "trace_id")                                                                      \
+    X(F_SPAN_ID, "span_id")                                                                        \
+    X(F_PARENT_ID, "parent_id")                                                                    \
+    X(F_SERVICE, "service")                                                                        \
+    X(F_NAME, "name")                                                                              \
+    X(F_RESOURCE, "resource")                                                                      \
+    X(F_SPAN_TYPE, "span_type")                                                                    \
+    X(F_START_NS, "start_ns")                                                                      \
+    X(F_DURATION_NS, "duration_ns")                                                                \
+    X(F_ERROR, "error")                                                                            \
+    X(F_META, "meta")                                                                              \
+    X(F_METRICS, "metrics")
+
+enum {
+#define OTEL_NAME_ENUM(member, text) member,
+    OTEL_NAMES(OTEL_NAME_ENUM)
+#undef OTEL_NAME_ENUM
+        OTEL_NAME_COUNT
+};
+
+/* The span attributes the rules read: one contiguous range of the names,
+ * found in one pass over a span's attributes (otel_rule_index). */
+#define RULE_FIRST DATADOG_SERVICE
+#define RULE_COUNT (DD_MEASURED - DATADOG_SERVICE + 1)
+
+static const char *const otel_name_texts[OTEL_NAME_COUNT] = {
+#define OTEL_NAME_TEXT(member, text) text,
+    OTEL_NAMES(OTEL_NAME_TEXT)
+#undef OTEL_NAME_TEXT
+};
+
+int
+otel_map_module_init(SpanpackState *state)
+{
+    PyObject *names = PyTuple_New(OTEL_NAME_COUNT);
+    if (names == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < OTEL_NAME_COUNT; i++) {
+        PyObject *name = PyUnicode_InternFromString(otel_name_texts[i]);
+        if (name == NULL) {
+            Py_DECREF(names);
+            return -1;
+        }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    state->otel_names = names;
+    if ((state->otel_rule_index = PyDict_New()) == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < RULE_COUNT; i++) {
+        PyObject *index = PyLong_FromLong(i);
+        int rc = index == NULL ? -1
+                               : PyDict_SetItem(state->otel_rule_index,
+                                                PyTuple_GET_ITEM(names, RULE_FIRST + i), index);
+        Py_XDECREF(index);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The plan tuple built by spanpack.otel._c_plan(), item by item. */
+enum {
+    PLAN_KINDS,              /* SpanKind members, by value 0..4 */
+    PLAN_STATUSES,           /* StatusCode members, by value 0..2 */
+    PLAN_READER_FOR,         /* cls -> bool: read this class through its fields */
+    PLAN_RESOURCE_VALUES,    /* resource -> ResourceTuple (below) */
+    PLAN_SCOPE_VALUES,       /* scope -> (meta dict, tail dict) */
+    PLAN_TAG_KEYS,           /* dict: attribute key -> tag key ("" to drop), filled here */
+    PLAN_TAG_KEY,            /* key -> tag key */
+    PLAN_TEXT,               /* value -> str, as the rules write a value */
+    PLAN_DB_TYPES,           /* dict: DB system -> span type */
+    PLAN_GUARDED,            /* frozenset: tags kept once non-empty */
+    PLAN_SPECIAL,            /* frozenset: tag keys a plain assignment would get wrong */
+    PLAN_BOUNDED_ATTRIBUTES, /* the SDK's BoundedAttributes class */
+    PLAN_BOUNDED_LIST,       /* the SDK's BoundedList class */
+    PLAN_EVENT_TEXT,         /* value -> str, as an exception event's attribute is written */
+    PLAN_LINKS,              /* links -> the dict span's links */
+    PLAN_EVENTS,             /* events -> the dict span's events */
+    PLAN_SIZE
+};
+
+/* A resource's values, as _ResourceValues.as_tuple() gives them. */
+enum { RES_SERVICE, RES_VERSION, RES_ENV, RES_FIRST, RES_META, RES_METRICS, RES_SIZE };
+
+typedef struct {
+    PyObject *names;      /* borrowed: the module's name tuple */
+    PyObject *rule_index; /* borrowed: rule attribute name -> index */
+    PyObject *plan;       /* borrowed: the caller's plan tuple */
+    /* The span's values of the rule attributes (held), NULL when absent. */
+    PyObject *rule_values[RULE_COUNT];
+    /* The last class, resource, scope and trace state seen, each held (a
+     * batch nearly always has one of each) with what was worked out. */
+    PyObject *last_type;
+    int last_type_readable;
+    PyObject *last_resource, *resource_values;
+    PyObject *last_scope, *scope_values;
+    PyObject *last_trace_state, *trace_state_header;
+    /* A dict span with every key (values None): each span's dict is a copy,
+     * made at its final size in one step, its values then replaced. */
+    PyObject *span_template;
+    /* The resource's tags then the scope's, where each span's meta starts,
+     * made again when either values_for answer changes (values_made counts). */
+    PyObject *base_meta;
+    unsigned long values_made, base_made;
+} OtelMapper;
+
+#define NAME(m, member) PyTuple_GET_ITEM((m)->names, member)
+#define PLAN(m, item) PyTuple_GET_ITEM((m)->plan, item)
+
+static void
+mapper_clear(OtelMapper *m)
+{
+    Py_CLEAR(m->last_type);
+    Py_CLEAR(m->last_resource);
+    Py_CLEAR(m->resource_values);
+    Py_CLEAR(m->last_scope);
+    Py_CLEAR(m->scope_values);
+    Py_CLEAR(m->last_trace_state);
+    Py_CLEAR(m->trace_state_header);
+    Py_CLEAR(m->span_template);
+    Py_CLEAR(m->base_meta);
+}
+
+/* The span's value of a rule attribute (borrowed), or NULL when it has none. */
+static inline PyObject *
+attr_get(OtelMapper *m, int name)
+{
+    return m->rule_values[name - RULE_FIRST];
+}
+
+static void
+rule_values_clear(OtelMapper *m)
+{
+    for (int i = 0; i < RULE_COUNT; i++) {
+        Py_CLEAR(m->rule_values[i]);
+    }
+}
+
+/* One pass over the span's attributes: the rule attributes' values, held
+ * (the rules may call Python code, which could change the dict). */
+static int
+rule_values_read(OtelMapper *m, PyObject *attrs)
+{
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(attrs, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key)) {
+            continue; /* (refused by the tag mapping, with its name) */
+        }
+        PyObject *index = PyDict_GetItemWithError(m->rule_index, key);
+        if (index == NULL) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        long i = PyLong_AsLong(index);
+        if (i < 0 || i >= RULE_COUNT) {
+            PyErr_SetString(PyExc_SystemError, "spanpack.otel: bad rule index");
+            return -1;
+        }
+        Py_XSETREF(m->rule_values[i], Py_NewRef(value));
+    }
+    return 0;
+}
+
+/* A value as the rules write it (new reference): str as it is, bools as
+ * true/false, exact ints in decimal, anything else by spanpack.otel._text. */
+static PyObject *
+value_text(OtelMapper *m, PyObject *value)
+{
+    if (PyUnicode_CheckExact(value)) {
+        return Py_NewRef(value);
+    }
+    if (value == Py_True) {
+        return Py_NewRef(NAME(m, V_TRUE));
+    }
+    if (value == Py_False) {
+        return Py_NewRef(NAME(m, V_FALSE));
+    }
+    if (PyLong_CheckExact(value)) {
+        return PyObject_Str(value);
+    }
+    PyObject *text = PyObject_CallOneArg(PLAN(m, PLAN_TEXT), value);
+    if (text != NULL && !PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "spanpack.otel: a value's text must be str");
+        Py_CLEAR(text);
+    }
+    return text;
+}
+
+/* The text of attrs[name] (new reference), or NULL with *found = 0 when
+ * absent; NULL with an error set on failure. */
+static PyObject *
+attr_text(OtelMapper *m, PyObject *attrs, int name, int *found)
+{
+    (void)attrs;
+    PyObject *value = attr_get(m, name);
+    *found = value != NULL;
+    if (value == NULL) {
+        return NULL;
+    }
+    return value_text(m, value);
+}
+
+/* attrs[name] as an integer, as the rules read one: an int (not a bool), or
+ * a float with no fraction below 2**63.  1 with *out set, 0 when it is no
+ * such number or absent, -1 on error. */
+static int
+attr_number(OtelMapper *m, PyObject *attrs, int name, int *present, long long *out)
+{
+    (void)attrs;
+    PyObject *value = attr_get(m, name);
+    *present = value != NULL;
+    if (value == NULL) {
+        return 0;
+    }
+    if (PyFloat_CheckExact(value)) {
+        double d = PyFloat_AS_DOUBLE(value);
+        if (d != d || d != floor(d) || d >= 9223372036854775807.0 || d < -9223372036854775808.0) {
+            return 0;
+        }
+        *out = (long long)d;
+        return 1;
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow) {
+        return 0; /* beyond 64 bits: no status code, error or flag */
+    }
+    *out = n;
+    return 1;
+}
+
+static inline int
+is_empty_text(PyObject *text)
+{
+    return PyUnicode_GET_LENGTH(text) == 0;
+}
+
+/* meta[key] = text unless key is guarded and holds a non-empty value;
+ * analytics.event becomes the event extraction metric (rule 15). */
+static int
+put_tag(OtelMapper *m, PyObject *meta, PyObject *metrics, PyObject *key, PyObject *text)
+{
+    int guarded = PySet_Contains(PLAN(m, PLAN_GUARDED), key);
+    if (guarded < 0) {
+        return -1;
+    }
+    if (guarded) {
+        PyObject *held = PyDict_GetItemWithError(meta, key);
+        if (held == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (held != NULL && PyUnicode_Check(held) && !is_empty_text(held)) {
+            return 0;
+        }
+    }
+    int analytics = PyUnicode_Compare(key, NAME(m, K_ANALYTICS_EVENT));
+    if (analytics == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (analytics != 0) {
+        return PyDict_SetItem(meta, key, text);
+    }
+    PyObject *lower = PyObject_CallMethodNoArgs(text, NAME(m, A_LOWER));
+    if (lower == NULL) {
+        return -1;
+    }
+    double flag = -1.0;
+    if (PyUnicode_Check(lower)) {
+        if (PyUnicode_CompareWithASCIIString(lower, "true") == 0) {
+            flag = 1.0;
+        }
+        else if (PyUnicode_CompareWithASCIIString(lower, "false") == 0) {
+            flag = 0.0;
+        }
+    }
+    Py_DECREF(lower);
+    if (flag < 0) {
+        return 0;
+    }
+    PyObject *number = PyFloat_FromDouble(flag);
+    if (number == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(metrics, NAME(m, K_EVENT_EXTRACTION), number);
+    Py_DECREF(number);
+    return rc;
+}
+
+/* The first of names the span has with a non-empty text (new reference;
+ * "" when none). */
+static PyObject *
+first_text(OtelMapper *m, PyObject *attrs, const int *names, int count)
+{
+    for (int i = 0; i < count; i++) {
+        int found;
+        PyObject *text = attr_text(m, attrs, names[i], &found);
+        if (text == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            continue;
+        }
+        if (!is_empty_text(text)) {
+            return text;
+        }
+        Py_DECREF(text);
+    }
+    return Py_NewRef(NAME(m, V_EMPTY));
+}
+
+/* For each of names: the resource's non-empty value, else the span's (even
+ * empty); "" when neither has one (new reference). */
+static PyObject *
+resource_then_span(OtelMapper *m, PyObject *res, PyObject *attrs, const int *names, int count)
+{
+    PyObject *first = PyTuple_GET_ITEM(res, RES_FIRST);
+    for (int i = 0; i < count; i++) {
+        if (PyDict_GET_SIZE(first) > 0) {
+            PyObject *text = PyDict_GetItemWithError(first, NAME(m, names[i]));
+            if (text == NULL && PyErr_Occurred()) {
+                return NULL;
+            }
+            if (text != NULL && PyUnicode_Check(text) && !is_empty_text(text)) {
+                return Py_NewRef(text);
+            }
+        }
+        int found;
+        PyObject *text = attr_text(m, attrs, names[i], &found);
+        if (found || text != NULL) {
+            return text; /* (NULL: an error) */
+        }
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    return Py_NewRef(NAME(m, V_EMPTY));
+}
+
+/* text.lower() + suffix, or prefix + text.lower() + suffix (new reference). */
+static PyObject *
+lowered_format(OtelMapper *m, const char *format, PyObject *text)
+{
+    PyObject *lower = PyObject_CallMethodNoArgs(text, NAME(m, A_LOWER));
+    if (lower == NULL) {
+        return NULL;
+    }
+    PyObject *result = PyUnicode_FromFormat(format, lower);
+    Py_DECREF(lower);
+    return result;
+}
+
+enum { KIND_INTERNAL, KIND_SERVER, KIND_CLIENT, KIND_PRODUCER, KIND_CONSUMER, KIND_COUNT };
+enum { STATUS_UNSET, STATUS_OK, STATUS_ERROR, STATUS_COUNT };
+
+static const int kind_names[KIND_COUNT] = {V_INTERNAL, V_SERVER, V_CLIENT, V_PRODUCER, V_CONSUMER};
+static const int status_names[STATUS_COUNT] = {V_UNSET, V_OK, V_ERROR};
+
+/* Rule 5 (new reference). */
+static PyObject *
+operation_name(OtelMapper *m, PyObject *attrs, int kind)
+{
+    PyObject *result = NULL, *a = NULL, *b = NULL;
+    int is_client = kind == KIND_CLIENT, is_server = kind == KIND_SERVER;
+    int found;
+    if ((is_client || is_server) &&
+        (attr_get(m, HTTP_METHOD) != NULL || attr_get(m, HTTP_REQUEST_METHOD) != NULL)) {
+        return Py_NewRef(NAME(m, is_client ? V_HTTP_CLIENT_REQUEST : V_HTTP_SERVER_REQUEST));
+    }
+    static const int db_names[] = {DB_SYSTEM, DB_SYSTEM_NAME};
+    if ((a = first_text(m, attrs, db_names, 2)) == NULL) {
+        goto done;
+    }
+    if (!is_empty_text(a) && is_client) {
+        result = lowered_format(m, "%U.query", a);
+        goto done;
+    }
+    Py_CLEAR(a);
+    if (kind != KIND_INTERNAL) {
+        static const int operation_names[] = {MESSAGING_OPERATION, MESSAGING_OPERATION_TYPE};
+        a = attr_text(m, attrs, MESSAGING_SYSTEM, &found);
+        if (a == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (a != NULL && !is_empty_text(a)) {
+            if ((b = first_text(m, attrs, operation_names, 2)) == NULL) {
+                goto done;
+            }
+            if (!is_empty_text(b)) {
+                PyObject *joined = PyUnicode_FromFormat("%U.%U", a, b);
+                if (joined != NULL) {
+                    result = PyObject_CallMethodNoArgs(joined, NAME(m, A_LOWER));
+                    Py_DECREF(joined);
+                }
+                goto done;
+            }
+            Py_CLEAR(b);
+        }
+        Py_CLEAR(a);
+    }
+    a = attr_text(m, attrs, RPC_SYSTEM, &found);
+    if (a == NULL && PyErr_Occurred()) {
+        goto done;
+    }
+    if (a != NULL && !is_empty_text(a) && (is_client || is_server)) {
+        int aws = PyUnicode_Compare(a, NAME(m, V_AWS_API));
+        if (aws == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (is_client && aws == 0) {
+            b = attr_text(m, attrs, RPC_SERVICE, &found);
+            if (b == NULL && PyErr_Occurred()) {
+                goto done;
+            }
+            result = b != NULL && !is_empty_text(b) ? lowered_format(m, "aws.%U.request", b)
+                                                    : Py_NewRef(NAME(m, V_AWS_CLIENT_REQUEST));
+            goto done;
+        }
+        result = lowered_format(m, is_client ? "%U.client.request" : "%U.server.request", a);
+        goto done;
+    }
+    Py_CLEAR(a);
+    if (is_client) {
+        a = attr_text(m, attrs, FAAS_INVOKED_PROVIDER, &found);
+        if (a == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        b = attr_text(m, attrs, FAAS_INVOKED_NAME, &found);
+        if (b == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (a != NULL && b != NULL && !is_empty_text(a) && !is_empty_text(b)) {
+            PyObject *joined = PyUnicode_FromFormat("%U.%U.invoke", a, b);
+            if (joined != NULL) {
+                result = PyObject_CallMethodNoArgs(joined, NAME(m, A_LOWER));
+                Py_DECREF(joined);
+            }
+            goto done;
+        }
+        Py_CLEAR(a);
+        Py_CLEAR(b);
+    }
+    if (is_server) {
+        a = attr_text(m, attrs, FAAS_TRIGGER, &found);
+        if (a == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (a != NULL && !is_empty_text(a)) {
+            result = lowered_format(m, "%U.invoke", a);
+            goto done;
+        }
+        Py_CLEAR(a);
+    }
+    a = attr_text(m, attrs, GRAPHQL_OPERATION_TYPE, &found);
+    if (a == NULL && PyErr_Occurred()) {
+        goto done;
+    }
+    if (a != NULL && !is_empty_text(a)) {
+        result = Py_NewRef(NAME(m, V_GRAPHQL_SERVER_REQUEST));
+        goto done;
+    }
+    Py_CLEAR(a);
+    if (is_server || is_client) {
+        a = attr_text(m, attrs, NETWORK_PROTOCOL_NAME, &found);
+        if (a == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (a != NULL && !is_empty_text(a)) {
+            result = lowered_format(m, is_server ? "%U.server.request" : "%U.client.request", a);
+        }
+        else {
+            result = Py_NewRef(NAME(m, is_server ? V_SERVER_REQUEST : V_CLIENT_REQUEST));
+        }
+        goto done;
+    }
+    result = Py_NewRef(NAME(m, kind_names[kind]));
+done:
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return result;
+}
+
+/* first + separator + second as one str (new reference): PyUnicode_FromFormat
+ * parses its format on every call, which the rules' hot paths cannot afford. */
+static PyObject *
+text_join(PyObject *first, Py_UCS4 separator, PyObject *second)
+{
+    Py_ssize_t first_length = PyUnicode_GET_LENGTH(first),
+               second_length = PyUnicode_GET_LENGTH(second);
+    Py_UCS4 max_char = PyUnicode_MAX_CHAR_VALUE(first);
+    if (PyUnicode_MAX_CHAR_VALUE(second) > max_char) {
+        max_char = PyUnicode_MAX_CHAR_VALUE(second);
+    }
+    if (separator > max_char) {
+        max_char = separator;
+    }
+    PyObject *joined = PyUnicode_New(first_length + 1 + second_length, max_char);
+    if (joined == NULL) {
+        return NULL;
+    }
+    if (PyUnicode_CopyCharacters(joined, 0, first, 0, first_length) < 0 ||
+        PyUnicode_WriteChar(joined, first_length, separator) < 0 ||
+        PyUnicode_CopyCharacters(joined, first_length + 1, second, 0, second_length) < 0) {
+        Py_DECREF(joined);
+        return NULL;
+    }
+    return joined;
+}
+
+/* "<first> <second>", or first alone when second is empty (steals both). */
+static PyObject *
+joined_or_first(PyObject *first, PyObject *second)
+{
+    PyObject *result;
+    if (second == NULL) {
+        Py_DECREF(first);
+        return NULL;
+    }
+    result = is_empty_text(second) ? Py_NewRef(first) : text_join(first, ' ', second);
+    Py_DECREF(first);
+    Py_DECREF(second);
+    return result;
+}
+
+/* Rule 6 (new reference). */
+static PyObject *
+resource_name(OtelMapper *m, PyObject *res, PyObject *attrs, int kind, PyObject *span_name)
+{
+    static const int resource_names[] = {RESOURCE_NAME};
+    static const int method_names[] = {HTTP_REQUEST_METHOD, HTTP_METHOD};
+    static const int route_names[] = {HTTP_ROUTE};
+    static const int operation_names[] = {MESSAGING_OPERATION_TYPE, MESSAGING_OPERATION};
+    static const int destination_names[] = {MESSAGING_DESTINATION, MESSAGING_DESTINATION_NAME};
+    static const int rpc_method_names[] = {RPC_METHOD};
+    static const int rpc_service_names[] = {RPC_SERVICE};
+    static const int graphql_type_names[] = {GRAPHQL_OPERATION_TYPE};
+    static const int graphql_name_names[] = {GRAPHQL_OPERATION_NAME};
+    static const int db_names[] = {DB_SYSTEM_NAME, DB_SYSTEM};
+    static const int statement_names[] = {DB_STATEMENT};
+    static const int query_names[] = {DB_QUERY_TEXT};
+    PyObject *found = resource_then_span(m, res, attrs, resource_names, 1);
+    if (found == NULL || !is_empty_text(found)) {
+        return found;
+    }
+    Py_DECREF(found);
+    if ((found = resource_then_span(m, res, attrs, method_names, 2)) == NULL) {
+        return NULL;
+    }
+    if (!is_empty_text(found)) {
+        int other = PyUnicode_Compare(found, NAME(m, V_OTHER));
+        if (other == -1 && PyErr_Occurred()) {
+            Py_DECREF(found);
+            return NULL;
+        }
+        if (other == 0) {
+            Py_SETREF(found, Py_NewRef(NAME(m, V_HTTP_METHOD_OTHER)));
+        }
+        if (kind != KIND_SERVER) {
+            return found;
+        }
+        return joined_or_first(found, resource_then_span(m, res, attrs, route_names, 1));
+    }
+    Py_DECREF(found);
+    if ((found = resource_then_span(m, res, attrs, operation_names, 2)) == NULL) {
+        return NULL;
+    }
+    if (!is_empty_text(found)) {
+        return joined_or_first(found, resource_then_span(m, res, attrs, destination_names, 2));
+    }
+    Py_DECREF(found);
+    if ((found = resource_then_span(m, res, attrs, rpc_method_names, 1)) == NULL) {
+        return NULL;
+    }
+    if (!is_empty_text(found)) {
+        return joined_or_first(found, resource_then_span(m, res, attrs, rpc_service_names, 1));
+    }
+    Py_DECREF(found);
+    if ((found = resource_then_span(m, res, attrs, graphql_type_names, 1)) == NULL) {
+        return NULL;
+    }
+    if (!is_empty_text(found)) {
+        return joined_or_first(found, resource_then_span(m, res, attrs, graphql_name_names, 1));
+    }
+    Py_DECREF(found);
+    if ((found = resource_then_span(m, res, attrs, db_names, 2)) == NULL) {
+        return NULL;
+    }
+    if (!is_empty_text(found)) {
+        Py_SETREF(found, resource_then_span(m, res, attrs, statement_names, 1));
+        if (found == NULL || !is_empty_text(found)) {
+            return found;
+        }
+        Py_SETREF(found, resource_then_span(m, res, attrs, query_names, 1));
+        if (found == NULL || !is_empty_text(found)) {
+            return found;
+        }
+    }
+    Py_DECREF(found);
+    return Py_NewRef(span_name);
+}
+
+/* Rule 7 (new reference). */
+static PyObject *
+span_type(OtelMapper *m, PyObject *res, PyObject *attrs, int kind)
+{
+    static const int type_names[] = {SPAN_TYPE};
+    static const int db_names[] = {DB_SYSTEM_NAME, DB_SYSTEM};
+    PyObject *found = resource_then_span(m, res, attrs, type_names, 1);
+    if (found == NULL || !is_empty_text(found)) {
+        return found;
+    }
+    Py_DECREF(found);
+    if (kind == KIND_SERVER) {
+        return Py_NewRef(NAME(m, V_WEB));
+    }
+    if (kind != KIND_CLIENT) {
+        return Py_NewRef(NAME(m, V_CUSTOM));
+    }
+    PyObject *db = resource_then_span(m, res, attrs, db_names, 2);
+    if (db == NULL || is_empty_text(db)) {
+        Py_XDECREF(db);
+        return PyErr_Occurred() ? NULL : Py_NewRef(NAME(m, V_HTTP));
+    }
+    PyObject *type = PyDict_GetItemWithError(PLAN(m, PLAN_DB_TYPES), db);
+    Py_DECREF(db);
+    if (type == NULL) {
+        return PyErr_Occurred() ? NULL : Py_NewRef(NAME(m, V_DB));
+    }
+    return Py_NewRef(type);
+}
+
+static int
+set_float(PyObject *dict, PyObject *key, double value)
+{
+    PyObject *number = PyFloat_FromDouble(value);
+    if (number == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(dict, key, number);
+    Py_DECREF(number);
+    return rc;
+}
+
+/* The mapped key of an attribute (borrowed from the plan's cache). */
+static PyObject *
+tag_key(OtelMapper *m, PyObject *key)
+{
+    PyObject *cache = PLAN(m, PLAN_TAG_KEYS);
+    PyObject *mapped = PyDict_GetItemWithError(cache, key);
+    if (mapped != NULL || PyErr_Occurred()) {
+        return mapped;
+    }
+    mapped = PyObject_CallOneArg(PLAN(m, PLAN_TAG_KEY), key);
+    if (mapped == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_Check(mapped) || PyDict_SetItem(cache, key, mapped) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "spanpack.otel: a tag key must be str");
+        }
+        Py_DECREF(mapped);
+        return NULL;
+    }
+    Py_DECREF(mapped); /* the cache holds it */
+    return mapped;
+}
+
+/* Rule 15: the span's attributes to tags and metrics. */
+static int
+map_attributes(OtelMapper *m, PyObject *attrs, PyObject *meta, PyObject *metrics)
+{
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(attrs, &pos, &key, &value)) {
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyObject *text = NULL;
+        int rc = -1;
+        PyObject *mapped = PyUnicode_Check(key) ? tag_key(m, key) : NULL;
+        if (mapped == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_TypeError, "span attribute key %R is not a str", key);
+            }
+            goto next;
+        }
+        if (is_empty_text(mapped)) {
+            rc = 0;
+            goto next;
+        }
+        int special = PySet_Contains(PLAN(m, PLAN_SPECIAL), mapped);
+        if (special < 0) {
+            goto next;
+        }
+        if (PyUnicode_CheckExact(value)) {
+            rc = special ? put_tag(m, meta, metrics, mapped, value)
+                         : PyDict_SetItem(meta, mapped, value);
+        }
+        else if (PyLong_CheckExact(value) || PyFloat_CheckExact(value)) {
+            double number =
+                PyFloat_CheckExact(value) ? PyFloat_AS_DOUBLE(value) : PyLong_AsDouble(value);
+            if (number == -1.0 && PyErr_Occurred()) {
+                goto next;
+            }
+            if (special) {
+                int guarded = PySet_Contains(PLAN(m, PLAN_GUARDED), mapped);
+                int held = guarded > 0 ? PyDict_Contains(metrics, mapped) : 0;
+                if (guarded < 0 || held < 0) {
+                    goto next;
+                }
+                if (held) {
+                    rc = 0;
+                    goto next;
+                }
+                int priority = PyUnicode_Compare(mapped, NAME(m, K_SAMPLING_PRIORITY));
+                if (priority == -1 && PyErr_Occurred()) {
+                    goto next;
+                }
+                if (priority == 0) {
+                    mapped = NAME(m, K_SAMPLING_PRIORITY_V1);
+                }
+            }
+            rc = set_float(metrics, mapped, number);
+        }
+        else if ((text = value_text(m, value)) != NULL) {
+            rc = put_tag(m, meta, metrics, mapped, text);
+        }
+    next:
+        Py_XDECREF(text);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Rule 22 for a span with no events: 1 for an error status, with an
+ * error.message from the description or the HTTP status code tag. */
+static int
+status_error(OtelMapper *m, PyObject *meta, PyObject *description)
+{
+    int has = PyDict_Contains(meta, NAME(m, K_ERROR_MESSAGE));
+    if (has != 0) {
+        return has;
+    }
+    if (description != NULL && PyUnicode_Check(description) && !is_empty_text(description)) {
+        return PyDict_SetItem(meta, NAME(m, K_ERROR_MESSAGE), description);
+    }
+    static const int code_keys[] = {HTTP_RESPONSE_STATUS_CODE, HTTP_STATUS_CODE};
+    for (int i = 0; i < 2; i++) {
+        PyObject *code = PyDict_GetItemWithError(meta, NAME(m, code_keys[i]));
+        if (code == NULL) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        PyObject *text = PyDict_GetItemWithError(meta, NAME(m, K_HTTP_STATUS_TEXT));
+        if (text == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (text == NULL) {
+            return PyDict_SetItem(meta, NAME(m, K_ERROR_MESSAGE), code);
+        }
+        PyObject *message = PyUnicode_FromFormat("%S %S", code, text);
+        if (message == NULL) {
+            return -1;
+        }
+        int rc = PyDict_SetItem(meta, NAME(m, K_ERROR_MESSAGE), message);
+        Py_DECREF(message);
+        return rc;
+    }
+    return 0;
+}
+
+/* The index of member in the plan's tuple at item, or -1. */
+static int
+member_index(OtelMapper *m, int item, PyObject *member)
+{
+    PyObject *members = PLAN(m, item);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(members); i++) {
+        if (PyTuple_GET_ITEM(members, i) == member) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* The plan's values for a resource or scope, the last one's kept. */
+static PyObject *
+values_for(OtelMapper *m, PyObject *object, PyObject **last, PyObject **values, int item,
+           Py_ssize_t size)
+{
+    if (*last == object && *values != NULL) {
+        return *values;
+    }
+    PyObject *made = PyObject_CallOneArg(PLAN(m, item), object);
+    if (made == NULL) {
+        return NULL;
+    }
+    int good = PyTuple_CheckExact(made) && PyTuple_GET_SIZE(made) == size;
+    for (Py_ssize_t i = 0; good && i < size; i++) {
+        PyObject *value = PyTuple_GET_ITEM(made, i);
+        if (size == RES_SIZE) {
+            good = i <= RES_ENV ? PyUnicode_Check(value) : PyDict_CheckExact(value);
+        }
+        else {
+            good = PyDict_CheckExact(value);
+        }
+    }
+    if (!good) {
+        PyErr_SetString(PyExc_TypeError, "spanpack.otel: bad per-batch values");
+        Py_DECREF(made);
+        return NULL;
+    }
+    Py_XSETREF(*values, made);
+    Py_XSETREF(*last, Py_NewRef(object));
+    m->values_made++;
+    return made;
+}
+
+/* A span's events or links as a sequence (new reference: the SDK's
+ * BoundedList by the deque it keeps), None kept as None; NULL on error. */
+static PyObject *
+list_items(OtelMapper *m, PyObject *list)
+{
+    if ((PyObject *)Py_TYPE(list) == PLAN(m, PLAN_BOUNDED_LIST)) {
+        return PyObject_GetAttr(list, NAME(m, A_DQ));
+    }
+    return Py_NewRef(list);
+}
+
+/* The length of list_items' answer (0 for None), -1 on error. */
+static Py_ssize_t
+items_length(PyObject *items)
+{
+    return items == Py_None ? 0 : PyObject_Length(items);
+}
+
+/* Rule 17: 1 when an event is named exactly "exception", 0 when none, -1 on error. */
+static int
+has_exception_event(OtelMapper *m, PyObject *events)
+{
+    PyObject *iterator = PyObject_GetIter(events);
+    if (iterator == NULL) {
+        return -1;
+    }
+    int found = 0;
+    PyObject *event;
+    while (found == 0 && (event = PyIter_Next(iterator)) != NULL) {
+        PyObject *name = PyObject_GetAttr(event, NAME(m, A_EVENT_NAME));
+        Py_DECREF(event);
+        if (name == NULL) {
+            found = -1;
+            break;
+        }
+        if (PyUnicode_Check(name)) {
+            int other = PyUnicode_Compare(name, NAME(m, V_EXCEPTION));
+            found = other == -1 && PyErr_Occurred() ? -1 : other == 0;
+        }
+        Py_DECREF(name);
+    }
+    Py_DECREF(iterator);
+    return found < 0 || PyErr_Occurred() ? -1 : found;
+}
+
+/* Rule 22's exception events: each event named "exception" in any case sets
+ * error.message/type/stack from its exception.* attributes. */
+static int
+exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
+{
+    static const int attributes[][2] = {
+        {EXCEPTION_MESSAGE, K_ERROR_MESSAGE},
+        {EXCEPTION_TYPE, K_ERROR_TYPE},
+        {EXCEPTION_STACKTRACE, K_ERROR_STACK},
+    };
+    PyObject *iterator = PyObject_GetIter(events);
+    if (iterator == NULL) {
+        return -1;
+    }
+    int rc = 0;
+    PyObject *event;
+    while (rc == 0 && (event = PyIter_Next(iterator)) != NULL) {
+        PyObject *name = PyObject_GetAttr(event, NAME(m, A_EVENT_NAME));
+        PyObject *lower = name == NULL ? NULL : PyObject_CallMethodNoArgs(name, NAME(m, A_LOWER));
+        PyObject *event_attributes = NULL;
+        int exception = 0;
+        if (lower == NULL) {
+            rc = -1;
+        }
+        else if (PyUnicode_Check(lower)) {
+            int other = PyUnicode_Compare(lower, NAME(m, V_EXCEPTION));
+            rc = other == -1 && PyErr_Occurred() ? -1 : 0;
+            exception = other == 0;
+        }
+        if (rc == 0 && exception) {
+            event_attributes = PyObject_GetAttr(event, NAME(m, A_EVENT_ATTRIBUTES));
+            if (event_attributes != NULL &&
+                (PyObject *)Py_TYPE(event_attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
+                Py_SETREF(event_attributes, PyObject_GetAttr(event_attributes, NAME(m, A_DICT)));
+            }
+            rc = event_attributes == NULL ? -1 : 0;
+        }
+        for (int i = 0; rc == 0 && exception && event_attributes != Py_None && i < 3; i++) {
+            PyObject *key = NAME(m, attributes[i][0]);
+            PyObject *value =
+                PyDict_Check(event_attributes)
+                    ? Py_XNewRef(PyDict_GetItemWithError(event_attributes, key))
+                    : PyObject_CallMethodOneArg(event_attributes, NAME(m, A_GET), key);
+            if (value == NULL) {
+                rc = PyErr_Occurred() ? -1 : 0;
+                continue;
+            }
+            PyObject *text = Py_None == value ? NULL
+                             : PyUnicode_CheckExact(value)
+                                 ? Py_NewRef(value)
+                                 : PyObject_CallOneArg(PLAN(m, PLAN_EVENT_TEXT), value);
+            if (value != Py_None) {
+                rc = text == NULL ? -1 : PyDict_SetItem(meta, NAME(m, attributes[i][1]), text);
+            }
+            Py_XDECREF(text);
+            Py_DECREF(value);
+        }
+        Py_XDECREF(event_attributes);
+        Py_XDECREF(lower);
+        Py_XDECREF(name);
+        Py_DECREF(event);
+    }
+    Py_DECREF(iterator);
+    return rc < 0 || PyErr_Occurred() ? -1 : 0;
+}
+
+/* dd_span[key] = the plan's converter at item applied to items. */
+static int
+set_converted(OtelMapper *m, PyObject *dd_span, int key, int item, PyObject *items)
+{
+    PyObject *converted = PyObject_CallOneArg(PLAN(m, item), items);
+    if (converted == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(dd_span, NAME(m, key), converted);
+    Py_DECREF(converted);
+    return rc;
+}
+
+/* The span's fields, read as the SDK keeps them. */
+typedef struct {
+    PyObject *context, *attributes, *events, *links, *resource, *scope, *kind, *status, *parent,
+        *name, *start, *end, *status_code, *description;
+} SdkFields;
+
+static const int sdk_field_names[] = {A_CONTEXT,  A_ATTRIBUTES, A_EVENTS, A_LINKS,
+                                      A_RESOURCE, A_SCOPE,      A_KIND,   A_STATUS,
+                                      A_PARENT,   A_NAME,       A_START,  A_END};
+
+static void
+sdk_fields_clear(SdkFields *f)
+{
+    PyObject **all = (PyObject **)f;
+    for (size_t i = 0; i < sizeof(SdkFields) / sizeof(PyObject *); i++) {
+        Py_CLEAR(all[i]);
+    }
+}
+
+/* 1 when read, 0 when the span is not as the SDK keeps it (map in Python), -1 on error. */
+static int
+sdk_fields_read(OtelMapper *m, PyObject *span, SdkFields *f)
+{
+    PyObject **all = (PyObject **)f;
+    for (size_t i = 0; i < sizeof(sdk_field_names) / sizeof(sdk_field_names[0]); i++) {
+        if ((all[i] = PyObject_GetAttr(span, NAME(m, sdk_field_names[i]))) == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                return -1;
+            }
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    if (f->attributes == Py_None) {
+        Py_SETREF(f->attributes, PyDict_New());
+        if (f->attributes == NULL) {
+            return -1;
+        }
+    }
+    else if ((PyObject *)Py_TYPE(f->attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
+        Py_SETREF(f->attributes, PyObject_GetAttr(f->attributes, NAME(m, A_DICT)));
+        if (f->attributes == NULL) {
+            return -1;
+        }
+    }
+    if (!PyDict_Check(f->attributes)) {
+        return 0;
+    }
+    if ((f->status_code = PyObject_GetAttr(f->status, NAME(m, A_STATUS_CODE))) == NULL ||
+        (f->description = PyObject_GetAttr(f->status, NAME(m, A_DESCRIPTION))) == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return 0;
+    }
+    /* SpanContext is a tuple: (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid).
+     */
+    if (!PyTuple_Check(f->context) || PyTuple_GET_SIZE(f->context) != 6 ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(f->context, 0)) ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(f->context, 1)) ||
+        (f->parent != Py_None && (!PyTuple_Check(f->parent) || PyTuple_GET_SIZE(f->parent) != 6 ||
+                                  !PyLong_CheckExact(PyTuple_GET_ITEM(f->parent, 1)))) ||
+        !PyUnicode_Check(f->name) || (f->start != Py_None && !PyLong_CheckExact(f->start)) ||
+        (f->end != Py_None && !PyLong_CheckExact(f->end))) {
+        return 0;
+    }
+    return 1;
+}
+
+static int
+time_ns(PyObject *value, long long *out)
+{
+    if (value == Py_None) {
+        *out = 0;
+        return 1;
+    }
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (*out == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return overflow ? 0 : 1;
+}
+
+/* The trace state's header, the last one's kept (new reference; NULL on error). */
+static PyObject *
+trace_state_header(OtelMapper *m, PyObject *state)
+{
+    if (state != m->last_trace_state || m->trace_state_header == NULL) {
+        /* (an empty state's header is "": written only when not empty) */
+        PyObject *header = PyObject_CallMethodNoArgs(state, NAME(m, A_TO_HEADER));
+        if (header == NULL) {
+            return NULL;
+        }
+        if (!PyUnicode_Check(header)) {
+            Py_DECREF(header);
+            PyErr_SetString(PyExc_TypeError, "spanpack.otel: a trace state header must be str");
+            return NULL;
+        }
+        Py_XSETREF(m->trace_state_header, header);
+        Py_XSETREF(m->last_trace_state, Py_NewRef(state));
+    }
+    return Py_NewRef(m->trace_state_header);
+}
+
+/* A tag of rules 8-11 on a meta that holds the resource's and the scope's
+ * tags already: the agent sets it before those, so a scope tag of the key
+ * stands, and a resource tag of the key stands unless the key is guarded
+ * (rule 12: the earlier non-empty value is kept). */
+static int
+set_early(OtelMapper *m, PyObject *meta, PyObject *res, PyObject *scope, PyObject *key,
+          PyObject *text)
+{
+    int held = PyDict_Contains(PyTuple_GET_ITEM(scope, 0), key);
+    if (held != 0) {
+        return held < 0 ? -1 : 0;
+    }
+    int guarded = PySet_Contains(PLAN(m, PLAN_GUARDED), key);
+    if (guarded < 0) {
+        return -1;
+    }
+    if (!guarded && (held = PyDict_Contains(PyTuple_GET_ITEM(res, RES_META), key)) != 0) {
+        return held < 0 ? -1 : 0;
+    }
+    return PyDict_SetItem(meta, key, text);
+}
+
+/* Rule 11: attrs[name] as the tag key, when not empty. */
+static int
+set_early_if_found(OtelMapper *m, PyObject *meta, PyObject *res, PyObject *scope, PyObject *attrs,
+                   int name, int key)
+{
+    int found;
+    PyObject *text = attr_text(m, attrs, name, &found);
+    if (text == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    int rc = is_empty_text(text) ? 0 : set_early(m, meta, res, scope, NAME(m, key), text);
+    Py_DECREF(text);
+    return rc;
+}
+
+/* The meta every span of this resource and scope starts from (borrowed). */
+static PyObject *
+base_meta(OtelMapper *m, PyObject *res, PyObject *scope)
+{
+    if (m->base_meta == NULL || m->base_made != m->values_made) {
+        PyObject *base = PyDict_Copy(PyTuple_GET_ITEM(res, RES_META));
+        if (base == NULL || PyDict_Update(base, PyTuple_GET_ITEM(scope, 0)) < 0) {
+            Py_XDECREF(base);
+            return NULL;
+        }
+        Py_XSETREF(m->base_meta, base);
+        m->base_made = m->values_made;
+    }
+    return m->base_meta;
+}
+
+/* The dict span's keys, in the order spanpack's encoder documents them. */
+static const int span_keys[] = {F_TRACE_ID,    F_SPAN_ID,  F_PARENT_ID, F_SERVICE,
+                                F_NAME,        F_RESOURCE, F_SPAN_TYPE, F_START_NS,
+                                F_DURATION_NS, F_ERROR,    F_META,      F_METRICS};
+
+static PyObject *
+span_template_new(PyObject *names)
+{
+    PyObject *template = PyDict_New();
+    if (template == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(span_keys) / sizeof(span_keys[0]); i++) {
+        if (PyDict_SetItem(template, PyTuple_GET_ITEM(names, span_keys[i]), Py_None) < 0) {
+            Py_DECREF(template);
+            return NULL;
+        }
+    }
+    return template;
+}
+
+/* The dict span (into *out), its keys the module's interned field names. */
+static int
+span_dict_build(OtelMapper *m, SdkFields *f, PyObject *service, PyObject *name, PyObject *resource,
+                PyObject *type, long long start, long long end, long long error, PyObject *meta,
+                PyObject *metrics, PyObject **out)
+{
+    PyObject *dict = PyDict_Copy(m->span_template);
+    PyObject *start_ns = PyLong_FromLongLong(start);
+    PyObject *duration_ns = PyLong_FromLongLong(end > start ? end - start : 0);
+    PyObject *error_flag = PyLong_FromLongLong(error);
+    PyObject *zero = PyLong_FromLong(0);
+    int rc = -1;
+    if (dict == NULL || start_ns == NULL || duration_ns == NULL || error_flag == NULL ||
+        zero == NULL) {
+        goto done;
+    }
+    PyObject *parent_id = f->parent == Py_None ? zero : PyTuple_GET_ITEM(f->parent, 1);
+    PyObject *values[] = {PyTuple_GET_ITEM(f->context, 0),
+                          PyTuple_GET_ITEM(f->context, 1),
+                          parent_id,
+                          service,
+                          name,
+                          resource,
+                          type,
+                          start_ns,
+                          duration_ns,
+                          error_flag,
+                          meta,
+                          metrics};
+    for (size_t i = 0; i < sizeof(span_keys) / sizeof(span_keys[0]); i++) {
+        if (PyDict_SetItem(dict, NAME(m, span_keys[i]), values[i]) < 0) {
+            goto done;
+        }
+    }
+    *out = dict;
+    dict = NULL;
+    rc = 0;
+done:
+    Py_XDECREF(dict);
+    Py_XDECREF(start_ns);
+    Py_XDECREF(duration_ns);
+    Py_XDECREF(error_flag);
+    Py_XDECREF(zero);
+    return rc;
+}
+
+/* One span: a new dict span, Py_None (new reference) when Python must map
+ * it, NULL on error. */
+static PyObject *
+map_span(OtelMapper *m, PyObject *span)
+{
+    SdkFields f = {0};
+    PyObject *result = NULL, *meta = NULL, *metrics = NULL;
+    PyObject *service = NULL, *name = NULL, *resource = NULL, *type = NULL, *text = NULL;
+    PyObject *events = NULL, *links = NULL;
+    int found;
+
+    if ((PyObject *)Py_TYPE(span) != m->last_type) {
+        PyObject *answer = PyObject_CallOneArg(PLAN(m, PLAN_READER_FOR), (PyObject *)Py_TYPE(span));
+        if (answer == NULL) {
+            goto done;
+        }
+        int readable = PyObject_IsTrue(answer);
+        Py_DECREF(answer);
+        if (readable < 0) {
+            goto done;
+        }
+        Py_XSETREF(m->last_type, Py_NewRef((PyObject *)Py_TYPE(span)));
+        m->last_type_readable = readable;
+    }
+    if (!m->last_type_readable) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    int read = sdk_fields_read(m, span, &f);
+    if (read <= 0) {
+        result = read < 0 ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    int kind = member_index(m, PLAN_KINDS, f.kind);
+    int status = member_index(m, PLAN_STATUSES, f.status_code);
+    if ((events = list_items(m, f.events)) == NULL || (links = list_items(m, f.links)) == NULL) {
+        goto done;
+    }
+    Py_ssize_t event_count = items_length(events), link_count = items_length(links);
+    if (event_count < 0 || link_count < 0) {
+        goto done;
+    }
+    long long start, end;
+    int start_ok = time_ns(f.start, &start), end_ok = time_ns(f.end, &end);
+    if (start_ok < 0 || end_ok < 0) {
+        goto done;
+    }
+    if (kind < 0 || status < 0 || !start_ok || !end_ok) {
+        result = Py_NewRef(Py_None); /* the rules in Python */
+        goto done;
+    }
+    PyObject *res = values_for(m, f.resource, &m->last_resource, &m->resource_values,
+                               PLAN_RESOURCE_VALUES, RES_SIZE);
+    PyObject *scope =
+        values_for(m, f.scope, &m->last_scope, &m->scope_values, PLAN_SCOPE_VALUES, 2);
+    if (res == NULL || scope == NULL) {
+        goto done;
+    }
+    PyObject *attrs = f.attributes;
+    PyObject *base = base_meta(m, res, scope);
+    if (base == NULL || rule_values_read(m, attrs) < 0 || (meta = PyDict_Copy(base)) == NULL ||
+        (metrics = PyDict_New()) == NULL) {
+        goto done;
+    }
+
+    /* Rules 3, 8, 21: the datadog.* attributes first. */
+    long long error = status == STATUS_ERROR;
+    {
+        int present;
+        long long number;
+        int got = attr_number(m, attrs, DATADOG_ERROR, &present, &number);
+        if (got < 0) {
+            goto done;
+        }
+        if (got > 0) {
+            error = number;
+        }
+    }
+    static const int dd_fields[] = {DATADOG_SERVICE, DATADOG_NAME, DATADOG_RESOURCE, DATADOG_TYPE};
+    PyObject **dd_values[] = {&service, &name, &resource, &type};
+    for (int i = 0; i < 4; i++) {
+        PyObject *value = attr_text(m, attrs, dd_fields[i], &found);
+        if (value == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (value != NULL && is_empty_text(value)) {
+            Py_CLEAR(value);
+        }
+        *dd_values[i] = value;
+    }
+    if ((text = attr_text(m, attrs, DATADOG_SPAN_KIND, &found)) == NULL && PyErr_Occurred()) {
+        goto done;
+    }
+    if (set_early(m, meta, res, scope, NAME(m, K_SPAN_KIND),
+                  text != NULL ? text : NAME(m, kind_names[kind])) < 0) {
+        goto done;
+    }
+    Py_CLEAR(text);
+
+    /* Rules 4-7. */
+    if (service == NULL) {
+        if ((text = attr_text(m, attrs, SERVICE_NAME, &found)) == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (text != NULL && !is_empty_text(text)) {
+            service = text;
+            text = NULL;
+        }
+        else {
+            PyObject *from_resource = PyTuple_GET_ITEM(res, RES_SERVICE);
+            service = Py_NewRef(is_empty_text(from_resource) ? NAME(m, V_DEFAULT_SERVICE)
+                                                             : from_resource);
+        }
+        Py_CLEAR(text);
+    }
+    if (name == NULL) {
+        name = attr_text(m, attrs, OPERATION_NAME, &found);
+        if (name == NULL && (PyErr_Occurred() || (name = operation_name(m, attrs, kind)) == NULL)) {
+            goto done;
+        }
+    }
+    if (resource == NULL && (resource = resource_name(m, res, attrs, kind, f.name)) == NULL) {
+        goto done;
+    }
+    if (type == NULL && (type = span_type(m, res, attrs, kind)) == NULL) {
+        goto done;
+    }
+
+    /* Rule 9. */
+    {
+        static const int code_names[] = {DATADOG_HTTP_STATUS_CODE, HTTP_RESPONSE_STATUS_CODE,
+                                         HTTP_STATUS_CODE};
+        long long code = 0;
+        for (int i = 0; i < 3; i++) {
+            int present;
+            long long number;
+            int got = attr_number(m, attrs, code_names[i], &present, &number);
+            if (got < 0) {
+                goto done;
+            }
+            if (got > 0 && number >= 0 && number <= 0xFFFFFFFFLL) {
+                code = number;
+                break;
+            }
+            if (present && i == 0) {
+                break; /* the Datadog attribute decides even when it is no number */
+            }
+        }
+        if (code != 0) {
+            char digits[12];
+            int length = 0;
+            for (long long rest = code; rest > 0; rest /= 10) {
+                digits[sizeof digits - 1 - length++] = (char)('0' + rest % 10);
+            }
+            PyObject *code_text =
+                PyUnicode_FromStringAndSize(digits + sizeof digits - length, length);
+            int rc = code_text == NULL
+                         ? -1
+                         : set_early(m, meta, res, scope, NAME(m, HTTP_STATUS_CODE), code_text);
+            Py_XDECREF(code_text);
+            if (rc < 0) {
+                goto done;
+            }
+        }
+    }
+    /* Rule 10. */
+    {
+        int present;
+        long long number = 0;
+        int got = attr_number(m, attrs, DD_MEASURED, &present, &number);
+        if (got < 0) {
+            goto done;
+        }
+        if (((got > 0 && number == 1) || kind == KIND_CLIENT || kind == KIND_PRODUCER) &&
+            set_float(metrics, NAME(m, DD_MEASURED), 1.0) < 0) {
+            goto done;
+        }
+    }
+    /* Rule 11. */
+    static const int dd_tags[][2] = {
+        {DATADOG_ENV, K_ENV},
+        {DATADOG_VERSION, K_VERSION},
+        {DATADOG_HTTP_STATUS_CODE, HTTP_STATUS_CODE},
+        {DATADOG_ERROR_MSG, K_ERROR_MESSAGE},
+        {DATADOG_ERROR_TYPE, K_ERROR_TYPE},
+        {DATADOG_ERROR_STACK, K_ERROR_STACK},
+    };
+    for (int i = 0; i < 6; i++) {
+        if (set_early_if_found(m, meta, res, scope, attrs, dd_tags[i][0], dd_tags[i][1]) < 0) {
+            goto done;
+        }
+    }
+    /* Rules 12-13 (the resource's and the scope's tags are in meta already):
+     * the resource's metrics, the trace id, version. */
+    {
+        if (PyDict_Update(metrics, PyTuple_GET_ITEM(res, RES_METRICS)) < 0) {
+            goto done;
+        }
+        PyObject *trace_id = PyTuple_GET_ITEM(f.context, 0);
+        unsigned long long low = PyLong_AsUnsignedLongLongMask(trace_id);
+        if (low == (unsigned long long)-1 && PyErr_Occurred()) {
+            goto done;
+        }
+        PyObject *sixty_four = PyLong_FromLong(64); /* (a cached small int) */
+        PyObject *high_int = sixty_four == NULL ? NULL : PyNumber_Rshift(trace_id, sixty_four);
+        Py_XDECREF(sixty_four);
+        if (high_int == NULL) {
+            goto done;
+        }
+        unsigned long long high = PyLong_AsUnsignedLongLong(high_int);
+        Py_DECREF(high_int);
+        if (high == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                goto done;
+            }
+            PyErr_Clear(); /* not a 128-bit id: the rules in Python say what it becomes */
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        char hex[32];
+        static const char digits[] = "0123456789abcdef";
+        for (int i = 0; i < 16; i++) {
+            hex[15 - i] = digits[(high >> (4 * i)) & 0xF];
+            hex[31 - i] = digits[(low >> (4 * i)) & 0xF];
+        }
+        PyObject *hex_text = PyUnicode_FromStringAndSize(hex, 32);
+        int rc = hex_text == NULL ? -1 : PyDict_SetItem(meta, NAME(m, K_OTEL_TRACE_ID), hex_text);
+        Py_XDECREF(hex_text);
+        if (rc < 0) {
+            goto done;
+        }
+        PyObject *version = PyTuple_GET_ITEM(res, RES_VERSION);
+        int has_version = PyDict_Contains(meta, NAME(m, K_VERSION));
+        if (has_version < 0 || (!has_version && !is_empty_text(version) &&
+                                PyDict_SetItem(meta, NAME(m, K_VERSION), version) < 0)) {
+            goto done;
+        }
+    }
+    /* Rules 14-15. */
+    if (map_attributes(m, attrs, meta, metrics) < 0) {
+        goto done;
+    }
+    /* Rule 16. */
+    {
+        int has_env = PyDict_Contains(meta, NAME(m, K_ENV));
+        if (has_env < 0) {
+            goto done;
+        }
+        if (!has_env) {
+            static const int env_names[] = {DATADOG_ENV};
+            PyObject *env = resource_then_span(m, res, attrs, env_names, 1);
+            if (env == NULL) {
+                goto done;
+            }
+            if (is_empty_text(env)) {
+                Py_SETREF(env, Py_NewRef(PyTuple_GET_ITEM(res, RES_ENV)));
+            }
+            int rc = is_empty_text(env) ? 0 : PyDict_SetItem(meta, NAME(m, K_ENV), env);
+            Py_DECREF(env);
+            if (rc < 0) {
+                goto done;
+            }
+        }
+    }
+    /* Rule 17. */
+    if (event_count > 0) {
+        int exception = has_exception_event(m, events);
+        if (exception < 0 ||
+            (exception && PyDict_SetItem(meta, NAME(m, K_HAS_EXCEPTION), NAME(m, V_TRUE)) < 0)) {
+            goto done;
+        }
+    }
+    /* Rules 18-20. */
+    {
+        PyObject *state = PyTuple_GET_ITEM(f.context, 4);
+        if (state != Py_None) {
+            PyObject *header = trace_state_header(m, state);
+            int rc = header == NULL
+                         ? -1
+                         : (is_empty_text(header)
+                                ? 0
+                                : PyDict_SetItem(meta, NAME(m, K_W3C_TRACESTATE), header));
+            Py_XDECREF(header);
+            if (rc < 0) {
+                goto done;
+            }
+        }
+        if (PyDict_Update(meta, PyTuple_GET_ITEM(scope, 1)) < 0 ||
+            PyDict_SetItem(meta, NAME(m, K_OTEL_STATUS_CODE), NAME(m, status_names[status])) < 0) {
+            goto done;
+        }
+    }
+    /* Rule 22. */
+    {
+        int all_set = 1;
+        static const int error_keys[] = {K_ERROR_MESSAGE, K_ERROR_TYPE, K_ERROR_STACK};
+        for (int i = 0; i < 3 && all_set; i++) {
+            int has = PyDict_Contains(meta, NAME(m, error_keys[i]));
+            if (has < 0) {
+                goto done;
+            }
+            all_set = has;
+        }
+        PyObject *description = f.description;
+        int described =
+            description != Py_None && PyUnicode_Check(description) && !is_empty_text(description);
+        if (status == STATUS_ERROR) {
+            if (described &&
+                PyDict_SetItem(meta, NAME(m, K_OTEL_STATUS_DESCRIPTION), description) < 0) {
+                goto done;
+            }
+            if (!all_set) {
+                error = 1;
+                if ((event_count > 0 && exception_tags(m, events, meta) < 0) ||
+                    status_error(m, meta, description) < 0) {
+                    goto done;
+                }
+            }
+        }
+        else if (!all_set) {
+            error = 0;
+        }
+    }
+
+    if (span_dict_build(m, &f, service, name, resource, type, start, end, error, meta, metrics,
+                        &result) < 0) {
+        goto done;
+    }
+    /* Rules 23-24. */
+    if ((link_count > 0 && set_converted(m, result, F_LINKS, PLAN_LINKS, links) < 0) ||
+        (event_count > 0 && set_converted(m, result, F_EVENTS, PLAN_EVENTS, events) < 0)) {
+        Py_CLEAR(result);
+        goto done;
+    }
+done:
+    Py_XDECREF(text);
+    Py_XDECREF(service);
+    Py_XDECREF(name);
+    Py_XDECREF(resource);
+    Py_XDECREF(type);
+    Py_XDECREF(meta);
+    Py_XDECREF(metrics);
+    Py_XDECREF(events);
+    Py_XDECREF(links);
+    rule_values_clear(m);
+    sdk_fields_clear(&f);
+    return result;
+}
+
+PyObject *
+otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_otel_map_spans(spans, plan) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *plan = args[1];
+    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != PLAN_SIZE ||
+        !PyTuple_Check(PyTuple_GET_ITEM(plan, PLAN_KINDS)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_KINDS)) != KIND_COUNT ||
+        !PyTuple_Check(PyTuple_GET_ITEM(plan, PLAN_STATUSES)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_STATUSES)) != STATUS_COUNT ||
+        !PyDict_CheckExact(PyTuple_GET_ITEM(plan, PLAN_TAG_KEYS)) ||
+        !PyDict_CheckExact(PyTuple_GET_ITEM(plan, PLAN_DB_TYPES)) ||
+        !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_GUARDED)) ||
+        !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_SPECIAL))) {
+        PyErr_SetString(PyExc_TypeError, "_otel_map_spans: not a plan from spanpack.otel");
+        return NULL;
+    }
+    PyObject *spans = PySequence_Fast(args[0], "spans must be a sequence");
+    if (spans == NULL) {
+        return NULL;
+    }
+    SpanpackState *state = spanpack_state_from_module(module);
+    OtelMapper m = {.names = state->otel_names, .rule_index = state->otel_rule_index, .plan = plan};
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(spans);
+    PyObject *out = PyList_New(count);
+    if (out == NULL || (m.span_template = span_template_new(m.names)) == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *mapped = map_span(&m, PySequence_Fast_GET_ITEM(spans, i));
+        if (mapped == NULL) {
+            goto error;
+        }
+        PyList_SET_ITEM(out, i, mapped);
+    }
+    mapper_clear(&m);
+    Py_DECREF(spans);
+    return out;
+error:
+    mapper_clear(&m);
+    Py_XDECREF(out);
+    Py_DECREF(spans);
+    return NULL;
+}

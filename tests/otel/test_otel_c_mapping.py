@@ -1,0 +1,170 @@
+"""ext/otel_map.c against spanpack.otel's rules in Python (the reference,
+itself held to the Rust tracer's cases in test_otel_transform.py): the same
+dict span, entry for entry and in the same order, for generated attribute
+sets over every key the rules read, every kind and status, resource values
+that come before the span's, events (exception ones in any case) and links,
+and for spans made by the SDK's tracer.  And what C hands back to Python:
+spans of classes that override ReadableSpan's properties."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.resources import Resource  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope  # noqa: E402
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode  # noqa: E402
+
+from spanpack import otel  # noqa: E402
+from spanpack._spanpack import _otel_map_spans  # noqa: E402
+from tests.otel.spans import KINDS, STATUSES, make_span  # noqa: E402
+from tests.otel.test_otel_transform import NAMING  # noqa: E402
+from tests.otel.transform_cases import CASES, SCOPE, SPAN_ID, TRACE_ID  # noqa: E402
+
+pytestmark = pytest.mark.skipif(otel._C_PLAN_PARTS is None, reason="SPANPACK_OTEL_PYTHON is set")
+
+RULE_KEYS = [
+    "datadog.service", "datadog.name", "datadog.resource", "datadog.type", "datadog.error", "datadog.span.kind",
+    "datadog.http_status_code", "datadog.env", "datadog.version", "datadog.error.msg", "datadog.error.type",
+    "datadog.error.stack", "service.name", "operation.name", "resource.name", "span.type", "http.method",
+    "http.request.method", "http.route", "http.response.status_code", "http.status_code", "http.status_text",
+    "db.system", "db.system.name", "db.statement", "db.query.text", "messaging.system", "messaging.operation",
+    "messaging.operation.type", "messaging.destination", "messaging.destination.name", "rpc.system",
+    "rpc.service", "rpc.method", "faas.invoked_provider", "faas.invoked_name", "faas.trigger",
+    "graphql.operation.type", "graphql.operation.name", "network.protocol.name", "_dd.measured",
+    "sampling.priority", "analytics.event", "env", "version", "error.message", "error.type", "error.stack",
+    "client.address", "url.full", "http.request.header.x-id", "deployment.environment", "container.id", "plain",
+]
+TEXTS = st.sampled_from(["", "GET", "_OTHER", "PostgreSQL", "redis", "aws-api", "Kafka", "TRUE", "false", "x y",
+                         "ünï", "201", "/r/{id}"])
+VALUES = st.one_of(
+    TEXTS,
+    st.booleans(),
+    st.integers(-3, 600),
+    st.sampled_from([2**63, -(2**63) - 1, 2**70]),
+    st.floats(width=32),
+    st.sampled_from([1.0, 200.0, 1.5, 1e21, -1e300, float("inf"), float("-inf"), float("nan"), 2.0**63]),
+    st.lists(TEXTS, max_size=2).map(tuple),
+    st.lists(st.integers(0, 9), max_size=2).map(tuple),
+)
+EVENT_KEYS = ["exception.message", "exception.type", "exception.stacktrace", "other"]
+RESOURCE_KEYS = ["service.name", "service.version", "deployment.environment.name", "deployment.environment",
+                 "datadog.env", "http.request.method", "http.route", "span.type", "db.system", "db.statement",
+                 "resource.name", "env", "version", "error.message", "analytics.event", "container.id", "count"]
+
+
+def _scope(scope, attributes) -> InstrumentationScope:
+    try:
+        return InstrumentationScope(scope[0], scope[1], None, attributes)
+    except TypeError:  # an SDK before scope attributes (1.20)
+        return InstrumentationScope(*scope)
+
+
+def _both(spans: List[Any]) -> None:
+    """C's dict spans equal Python's, entries in the same order (compared as
+    their repr, so that NaN metrics compare equal); a trace id beyond 128 bits
+    or negative is handed back to the Python rules."""
+    cache = otel._BatchCache()
+    got = otel._map_in_c(spans, cache)
+    for span, c_span in zip(spans, got):
+        if c_span is None:
+            assert not 0 <= span.context.trace_id < 2**128, span.name
+            continue
+        expected = otel._span_dict(span, otel._BatchCache())
+        assert repr(list(c_span.items())) == repr(list(expected.items()))
+
+
+@settings(max_examples=400)
+@given(
+    attributes=st.dictionaries(st.sampled_from(RULE_KEYS), VALUES, max_size=12),
+    resource=st.dictionaries(st.sampled_from(RESOURCE_KEYS), st.one_of(TEXTS, st.integers(0, 9)), max_size=5),
+    kind=st.sampled_from(list(KINDS)),
+    status=st.sampled_from(list(STATUSES)),
+    description=st.sampled_from([None, "", "broke"]),
+    tracestate=st.sampled_from(["", "a=1", "dd=s:1,b=2"]),
+    scope=st.sampled_from([("", None), ("lib", None), ("lib", "1.0")]),
+    scope_attributes=st.dictionaries(st.sampled_from(["span.kind", "env", "http.status_code", "error.type", "x"]),
+                                     TEXTS, max_size=3),
+    parent=st.sampled_from([None, 5]),
+    trace_id=st.sampled_from([1, TRACE_ID, 2**128 - 1, 2**128, -1]),
+    events=st.lists(st.tuples(st.sampled_from(["exception", "Exception", "boom"]), st.integers(-5, 10**9),
+                              st.dictionaries(st.sampled_from(EVENT_KEYS), VALUES, max_size=3)), max_size=3),
+    links=st.lists(st.fixed_dictionaries({"trace_id": st.sampled_from([1, TRACE_ID]), "span_id": st.just(9)},
+                                         optional={"tracestate": st.just("k=v"),
+                                                   "attributes": st.dictionaries(TEXTS, VALUES, max_size=2)}),
+                   max_size=2),
+)
+def test_c_mapping_is_the_python_mapping(attributes, resource, kind, status, description, tracestate, scope,
+                                         scope_attributes, parent, trace_id, events, links):
+    for link in links:
+        link["attributes"] = list(link.get("attributes", {}).items())
+    span = make_span(trace_id=trace_id, span_id=SPAN_ID, parent_id=parent, name="span-name", kind=kind,
+                     attributes=list(attributes.items()), resource=list(resource.items()),
+                     status=(status, description if status == "error" else None), tracestate=tracestate,
+                     scope_object=_scope(scope, scope_attributes),
+                     events=[(n, t, list(a.items())) for n, t, a in events], links=links)
+    try:
+        expected: Optional[Dict[str, Any]] = otel._span_dict(span, otel._BatchCache())
+    except OverflowError:
+        expected = None  # a metric beyond a double: both refuse it
+    if expected is None:
+        with pytest.raises(OverflowError):
+            otel._map_in_c([span], otel._BatchCache())
+        return
+    _both([span])
+
+
+@pytest.mark.parametrize("kind, attributes, resource, _", NAMING)
+def test_c_naming_cases(kind, attributes, resource, _):
+    _both([make_span(trace_id=TRACE_ID, span_id=SPAN_ID, kind=kind, name="n", attributes=attributes,
+                     resource=resource)])
+
+
+def test_c_transform_cases():
+    _both([make_span(trace_id=TRACE_ID, span_id=SPAN_ID, scope=SCOPE, resource=case["resource"], **case["span"])
+           for case in CASES])
+
+
+def test_c_maps_spans_made_by_the_sdk():
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc", "env": "prod"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("lib", "2")
+    with tracer.start_as_current_span("root", kind=SpanKind.SERVER, attributes={"http.request.method": "GET"}) as root:
+        with tracer.start_as_current_span("db", kind=SpanKind.CLIENT, attributes={"db.system": "mysql"},
+                                          links=[Link(root.get_span_context(), {"n": 1})]) as db:
+            db.record_exception(ValueError("v"))
+            db.set_status(Status(StatusCode.ERROR))
+    _both(list(memory.get_finished_spans()))
+
+
+def test_spans_c_hands_back_to_python():
+    plain = make_span(trace_id=1, span_id=2, name="n")
+    with_event = make_span(trace_id=1, span_id=3, name="n", events=[("e", 1, [])])
+    with_link = make_span(trace_id=1, span_id=4, name="n", links=[{"trace_id": 1, "span_id": 9}])
+
+    class OwnSpan(ReadableSpan):
+        @property
+        def name(self):  # an override: read through the properties
+            return "renamed"
+
+    own = OwnSpan(name="n", context=plain.context, resource=Resource({}), attributes={})
+    mapped = otel._map_in_c([plain, with_event, with_link, own], otel._BatchCache())
+    assert [span is None for span in mapped] == [False, False, False, True]
+    traces = otel.map_spans([plain, with_event, with_link, own])
+    assert [span["resource"] for span in traces[0]] == ["n", "n", "n", "renamed"]
+
+
+def test_a_bad_plan_is_refused():
+    with pytest.raises(TypeError):
+        _otel_map_spans([], ())
+    with pytest.raises(TypeError):
+        _otel_map_spans(5, otel._C_PLAN_PARTS)
