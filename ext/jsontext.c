@@ -23,6 +23,30 @@ put_unicode_escape(char *p, Py_UCS4 unit)
     return p + 6;
 }
 
+/* The letter of a two-character escape ("\\n"), or 0 for none. */
+static inline char
+short_escape(Py_UCS4 c)
+{
+    switch (c) {
+    case '\\':
+        return '\\';
+    case '"':
+        return '"';
+    case '\b':
+        return 'b';
+    case '\f':
+        return 'f';
+    case '\n':
+        return 'n';
+    case '\r':
+        return 'r';
+    case '\t':
+        return 't';
+    default:
+        return 0;
+    }
+}
+
 /* One character, escaped as json's ensure_ascii escapes it. */
 static inline char *
 put_json_char(char *p, Py_UCS4 c)
@@ -31,34 +55,11 @@ put_json_char(char *p, Py_UCS4 c)
         *p++ = (char)c;
         return p;
     }
-    switch (c) {
-    case '\\':
-    case '"':
+    char letter = short_escape(c);
+    if (letter != 0) {
         p[0] = '\\';
-        p[1] = (char)c;
+        p[1] = letter;
         return p + 2;
-    case '\b':
-        p[0] = '\\';
-        p[1] = 'b';
-        return p + 2;
-    case '\f':
-        p[0] = '\\';
-        p[1] = 'f';
-        return p + 2;
-    case '\n':
-        p[0] = '\\';
-        p[1] = 'n';
-        return p + 2;
-    case '\r':
-        p[0] = '\\';
-        p[1] = 'r';
-        return p + 2;
-    case '\t':
-        p[0] = '\\';
-        p[1] = 't';
-        return p + 2;
-    default:
-        break;
     }
     if (c >= 0x10000) {
         /* A surrogate pair, each half escaped. */
