@@ -12,6 +12,7 @@
  * calls; the rare one costs what it always did. */
 #include "links_events.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "jsontext.h"
@@ -177,6 +178,276 @@ hex_id(PyObject *value, Py_ssize_t size, uint64_t *high, uint64_t *low)
 /* ---------------------------------------------------------------------------
  * Links */
 
+/* One of a link's or an event's fields as spanpack._extras reads it: a dict's entry, an
+ * object's attribute, None when there is none.  A new reference. */
+static int
+item_field(SpanWriter *w, PyObject *event, PyObject *name, const char *field_name, PyObject **value)
+{
+    if (PyDict_Check(event)) {
+        if (!PyDict_CheckExact(event)) {
+            return WRITE_DECLINED; /* its get() may be its own */
+        }
+        PyObject *entry = PyDict_GetItemWithError(event, name);
+        if (entry == NULL && PyErr_Occurred()) {
+            return span_reraise(w, field_name, NULL);
+        }
+        *value = Py_NewRef(entry != NULL ? entry : Py_None);
+        return WRITE_DONE;
+    }
+    *value = PyObject_GetAttr(event, name);
+    if (*value != NULL) {
+        return WRITE_DONE;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return span_reraise(w, field_name, NULL);
+    }
+    PyErr_Clear();
+    *value = Py_NewRef(Py_None);
+    return WRITE_DONE;
+}
+
+/* A link attribute's text as spanpack._extras makes it (str as it is, bools
+ * as true/false, ints and floats as str() writes them), added to `flat`
+ * under `key`; lists and tuples flattened to key.0, key.1, ...  Anything
+ * else (whose str() is Python code) declines. */
+static int
+flatten_link_attribute(PyObject *flat, PyObject *key, PyObject *value, int depth)
+{
+    PyObject *text = NULL;
+    if (PyUnicode_CheckExact(value)) {
+        text = Py_NewRef(value);
+    }
+    else if (PyBool_Check(value)) {
+        text = PyUnicode_FromString(value == Py_True ? "true" : "false");
+    }
+    else if (PyLong_CheckExact(value) || PyFloat_CheckExact(value)) {
+        OutBuf digits;
+        if (outbuf_init_raw(&digits, 32) < 0) {
+            return WRITE_ERROR;
+        }
+        int written = json_text_write(&digits, value, 0);
+        /* json's text of an int or a float is its str(), but for NaN and
+         * the infinities. */
+        if (written == WRITE_DONE && PyFloat_CheckExact(value) &&
+            !isfinite(PyFloat_AS_DOUBLE(value))) {
+            written = WRITE_DECLINED;
+        }
+        text = written == WRITE_DONE ? json_text_str(&digits, 0) : NULL;
+        outbuf_free(&digits);
+        if (written != WRITE_DONE) {
+            return written;
+        }
+    }
+    else if ((PyList_CheckExact(value) || PyTuple_CheckExact(value)) && depth < 8) {
+        /* Nothing below runs Python code: the sequence keeps its items. */
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); i++) {
+            PyObject *item_key = PyUnicode_FromFormat("%U.%zd", key, i);
+            if (item_key == NULL) {
+                return WRITE_ERROR;
+            }
+            int written = flatten_link_attribute(flat, item_key, PySequence_Fast_GET_ITEM(value, i),
+                                                 depth + 1);
+            Py_DECREF(item_key);
+            if (written != WRITE_DONE) {
+                return written;
+            }
+        }
+        return WRITE_DONE;
+    }
+    else {
+        return WRITE_DECLINED;
+    }
+    if (text == NULL) {
+        return WRITE_ERROR;
+    }
+    int result = PyDict_SetItem(flat, key, text);
+    Py_DECREF(text);
+    return result < 0 ? WRITE_ERROR : WRITE_DONE;
+}
+
+/* After a conversion of an int that may not fit: an OverflowError declines
+ * (spanpack._extras names the value), anything else is an error. */
+static int
+overflow_declines(void)
+{
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        return WRITE_ERROR;
+    }
+    PyErr_Clear();
+    return WRITE_DECLINED;
+}
+
+static void
+put_hex64(char *p, uint64_t value)
+{
+    for (int i = 15; i >= 0; i--, value >>= 4) {
+        p[i] = "0123456789abcdef"[value & 0xf];
+    }
+}
+
+/* An exact int in [0, 2**bits) (`bits` 64 or 128) as bits / 4 lowercase hex
+ * digits, as "{:016x}" and "{:032x}" write it. */
+static int
+link_id_hex(PyObject *value, int bits, PyObject **hex)
+{
+    if (!PyLong_CheckExact(value)) {
+        return WRITE_DECLINED;
+    }
+    int overflow = 0;
+    long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (small == -1 && PyErr_Occurred()) {
+        return WRITE_ERROR;
+    }
+    if (overflow < 0 || (overflow == 0 && small < 0)) {
+        return WRITE_DECLINED;
+    }
+    uint64_t high = 0, low = (uint64_t)small;
+    if (overflow > 0 && bits == 64) {
+        low = PyLong_AsUnsignedLongLong(value);
+        if (low == (uint64_t)-1 && PyErr_Occurred()) {
+            return overflow_declines();
+        }
+    }
+    else if (overflow > 0) {
+        low = PyLong_AsUnsignedLongLongMask(value);
+        PyObject *shift = PyLong_FromLong(64);
+        PyObject *upper = shift != NULL ? PyNumber_Rshift(value, shift) : NULL;
+        Py_XDECREF(shift);
+        if (upper == NULL) {
+            return WRITE_ERROR;
+        }
+        high = PyLong_AsUnsignedLongLong(upper);
+        Py_DECREF(upper);
+        if (high == (uint64_t)-1 && PyErr_Occurred()) {
+            return overflow_declines();
+        }
+    }
+    char text[32];
+    if (bits == 128) {
+        put_hex64(text, high);
+    }
+    put_hex64(text + (bits == 128 ? 16 : 0), low);
+    *hex = PyUnicode_FromStringAndSize(text, bits / 4);
+    return *hex == NULL ? WRITE_ERROR : WRITE_DONE;
+}
+
+/* The fields of a link given as a dict or an object without to_dict(), as
+ * spanpack._extras's _link_dict makes them: hex ids, attributes flattened
+ * to text, dropped_attributes_count when above 0, tracestate when not
+ * empty, flags when not None.  Declines what its rules would refuse or
+ * judge by Python code. */
+static int
+link_fields_made(SpanWriter *w, PyObject *link, PyObject **fields)
+{
+    SpanpackState *state = w->state;
+    PyObject *trace_id = NULL, *span_id = NULL, *attributes = NULL, *dropped = NULL;
+    PyObject *tracestate = NULL, *flags = NULL, *made = NULL, *text = NULL;
+    int result = item_field(w, link, state->str_trace_id, "links", &trace_id);
+    if (result == WRITE_DONE) {
+        result = item_field(w, link, state->str_span_id, "links", &span_id);
+    }
+    if (result == WRITE_DONE) {
+        result = item_field(w, link, state->str_attributes, "links", &attributes);
+    }
+    if (result == WRITE_DONE) {
+        result = item_field(w, link, state->str_dropped_attributes_count, "links", &dropped);
+    }
+    if (result == WRITE_DONE) {
+        result = item_field(w, link, state->str_tracestate, "links", &tracestate);
+    }
+    if (result == WRITE_DONE) {
+        result = item_field(w, link, state->str_flags, "links", &flags);
+    }
+    if (result != WRITE_DONE) {
+        goto done;
+    }
+    /* Every field read (getters may be Python code); what follows runs none
+     * but allocation. */
+    result = WRITE_ERROR;
+    made = PyDict_New();
+    if (made == NULL) {
+        goto done;
+    }
+    int found = link_id_hex(trace_id, 128, &text);
+    if (found != WRITE_DONE || PyDict_SetItem(made, state->str_trace_id, text) < 0) {
+        result = found == WRITE_DONE ? WRITE_ERROR : found;
+        goto done;
+    }
+    Py_CLEAR(text);
+    found = link_id_hex(span_id, 64, &text);
+    if (found != WRITE_DONE || PyDict_SetItem(made, state->str_span_id, text) < 0) {
+        result = found == WRITE_DONE ? WRITE_ERROR : found;
+        goto done;
+    }
+    Py_CLEAR(text);
+    if (attributes != Py_None &&
+        !(PyDict_CheckExact(attributes) && PyDict_GET_SIZE(attributes) == 0)) {
+        if (!PyDict_CheckExact(attributes)) {
+            result = WRITE_DECLINED; /* its truth and items() are its own */
+            goto done;
+        }
+        PyObject *flat = PyDict_New();
+        if (flat == NULL) {
+            goto done;
+        }
+        Py_ssize_t position = 0;
+        PyObject *key, *value;
+        found = WRITE_DONE;
+        while (found == WRITE_DONE && PyDict_Next(attributes, &position, &key, &value)) {
+            found = PyUnicode_CheckExact(key) ? flatten_link_attribute(flat, key, value, 0)
+                                              : WRITE_DECLINED;
+        }
+        if (found != WRITE_DONE || PyDict_SetItem(made, state->str_attributes, flat) < 0) {
+            Py_DECREF(flat);
+            result = found == WRITE_DONE ? WRITE_ERROR : found;
+            goto done;
+        }
+        Py_DECREF(flat);
+    }
+    if (dropped != Py_None) {
+        uint64_t count;
+        found = plain_uint63(dropped, &count);
+        if (found != WRITE_DONE) {
+            result = found;
+            goto done;
+        }
+        if (count > 0 && PyDict_SetItem(made, state->str_dropped_attributes_count, dropped) < 0) {
+            goto done;
+        }
+    }
+    if (tracestate != Py_None) {
+        if (!PyUnicode_CheckExact(tracestate)) {
+            result = WRITE_DECLINED;
+            goto done;
+        }
+        if (PyUnicode_GET_LENGTH(tracestate) > 0 &&
+            PyDict_SetItem(made, state->str_tracestate, tracestate) < 0) {
+            goto done;
+        }
+    }
+    if (flags != Py_None) {
+        if (!PyLong_CheckExact(flags)) {
+            result = WRITE_DECLINED;
+            goto done;
+        }
+        if (PyDict_SetItem(made, state->str_flags, flags) < 0) {
+            goto done;
+        }
+    }
+    *fields = Py_NewRef(made);
+    result = WRITE_DONE;
+done:
+    Py_XDECREF(trace_id);
+    Py_XDECREF(span_id);
+    Py_XDECREF(attributes);
+    Py_XDECREF(dropped);
+    Py_XDECREF(tracestate);
+    Py_XDECREF(flags);
+    Py_XDECREF(made);
+    Py_XDECREF(text);
+    return result;
+}
+
 /* A link's fields as a dict of its own: to_dict()'s result (ddtrace's
  * SpanLink), or declined for a dict or an object without to_dict (whose
  * fields spanpack._extras reads one by one).  *fields is a new reference. */
@@ -185,7 +456,7 @@ link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
 {
     *fields = NULL;
     if (PyDict_Check(link)) {
-        return WRITE_DECLINED;
+        return link_fields_made(w, link, fields);
     }
     PyObject *to_dict = PyObject_GetAttr(link, w->state->str_to_dict);
     if (to_dict == NULL) {
@@ -193,11 +464,11 @@ link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
             return span_reraise(w, "links", NULL);
         }
         PyErr_Clear();
-        return WRITE_DECLINED;
+        return link_fields_made(w, link, fields);
     }
     if (to_dict == Py_None) {
         Py_DECREF(to_dict);
-        return WRITE_DECLINED;
+        return link_fields_made(w, link, fields);
     }
     PyObject *result = PyObject_CallNoArgs(to_dict);
     Py_DECREF(to_dict);
@@ -317,33 +588,6 @@ v04_put_link(SpanWriter *w, PyObject *fields)
 /* ---------------------------------------------------------------------------
  * Events */
 
-/* One of an event's fields as spanpack._extras reads it: a dict's entry, an
- * object's attribute, None when there is none.  A new reference. */
-static int
-event_field(SpanWriter *w, PyObject *event, PyObject *name, PyObject **value)
-{
-    if (PyDict_Check(event)) {
-        if (!PyDict_CheckExact(event)) {
-            return WRITE_DECLINED; /* its get() may be its own */
-        }
-        PyObject *entry = PyDict_GetItemWithError(event, name);
-        if (entry == NULL && PyErr_Occurred()) {
-            return span_reraise(w, "events", NULL);
-        }
-        *value = Py_NewRef(entry != NULL ? entry : Py_None);
-        return WRITE_DONE;
-    }
-    *value = PyObject_GetAttr(event, name);
-    if (*value != NULL) {
-        return WRITE_DONE;
-    }
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        return span_reraise(w, "events", NULL);
-    }
-    PyErr_Clear();
-    *value = Py_NewRef(Py_None);
-    return WRITE_DONE;
-}
 
 typedef struct {
     PyObject *name;
@@ -363,12 +607,12 @@ static int
 event_fields_read(SpanWriter *w, PyObject *event, EventFields *fields)
 {
     fields->name = fields->time = fields->attributes = NULL;
-    int found = event_field(w, event, w->state->str_name, &fields->name);
+    int found = item_field(w, event, w->state->str_name, "events", &fields->name);
     if (found == WRITE_DONE) {
-        found = event_field(w, event, w->state->str_time_unix_nano, &fields->time);
+        found = item_field(w, event, w->state->str_time_unix_nano, "events", &fields->time);
     }
     if (found == WRITE_DONE) {
-        found = event_field(w, event, w->state->str_attributes, &fields->attributes);
+        found = item_field(w, event, w->state->str_attributes, "events", &fields->attributes);
     }
     if (found == WRITE_DONE) {
         int truthy = PyObject_IsTrue(fields->attributes);

@@ -74,7 +74,9 @@
     X(str_attributes, "attributes")                                                                \
     X(str_trace_id, "trace_id")                                                                    \
     X(str_span_id, "span_id")                                                                      \
-    X(str_dropped_attributes_count, "dropped_attributes_count")
+    X(str_dropped_attributes_count, "dropped_attributes_count")                                    \
+    X(str_tracestate, "tracestate")                                                                \
+    X(str_flags, "flags")
 
 typedef struct {
 #define SP_STATE_TYPE_MEMBER(member) PyTypeObject *member;

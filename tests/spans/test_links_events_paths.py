@@ -123,12 +123,46 @@ def link_fields(draw):
     return fields
 
 
+link_attribute_values = st.recursive(
+    st.one_of(plain_text, st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.tuples(inner, inner)),
+    max_leaves=6,
+)
+
+
+@st.composite
+def protocol_links(draw):
+    """A link as the span protocol gives it (a dict, or an object with the
+    attributes): int ids, attributes of any kind (flattened and turned into
+    text by the rules), dropped_attributes_count, tracestate, flags; plain,
+    or (one time in four) awkward."""
+    plain = draw(st.integers(0, 3)) > 0
+    fields = {
+        "trace_id": draw(st.integers(0, 2**128 - 1) if plain
+                         else st.sampled_from([-1, 2**128, True, "1", 2**64, 2**63, None])),
+        "span_id": draw(st.integers(0, 2**64 - 1) if plain else st.sampled_from([-1, 2**64, True, 1.0])),
+    }
+    for name, good, awkward in (
+        ("attributes", st.dictionaries(plain_text, link_attribute_values, max_size=4),
+         st.one_of(st.dictionaries(keys, values, max_size=2), st.sampled_from([[], "x", 0]))),
+        ("dropped_attributes_count", st.integers(0, 5), st.sampled_from([-1, True, 1.5, None])),
+        ("tracestate", st.one_of(plain_text, st.none()), st.sampled_from([3, TextSubclass("t")])),
+        ("flags", st.one_of(st.integers(0, 2**32 - 1), st.none()), st.sampled_from([True, 1.5, -1, 2**63])),
+    ):
+        if draw(st.booleans()):
+            fields[name] = draw(good if plain else st.one_of(good, awkward))
+    if draw(st.booleans()):
+        return types.SimpleNamespace(**fields)
+    return fields
+
+
 links = st.lists(
     st.one_of(
         link_fields().map(LinkObject),
         link_fields().map(LinkObject),
-        link_fields(),  # a dict: read field by field by _extras
-        st.builds(types.SimpleNamespace, trace_id=st.integers(1, 2**128 - 1), span_id=st.integers(1, 2**64 - 1)),
+        link_fields(),  # to_dict()'s fields as a dict span's link: refused by the rules (ids not int)
+        protocol_links(),
+        protocol_links(),
     ),
     min_size=1, max_size=3,
 )
