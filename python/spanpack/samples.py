@@ -27,6 +27,8 @@ Usage::
     from spanpack import samples
     records = samples.build("web")            # list of traces of record dicts
     traces = samples.as_slotted(records)      # or as_dicts / as_ddtrace
+    fresh = samples.refresher(records)        # for timed calls on spans of their own:
+    traces = samples.as_slotted(fresh())      # new objects, new str objects for per-span values
 """
 
 from __future__ import annotations
