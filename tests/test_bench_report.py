@@ -2,6 +2,7 @@
 
 import pytest
 
+import spanpack
 from spanpack import bench, samples
 from spanpack.__main__ import main as spanpack_main
 
@@ -130,5 +131,37 @@ def test_user_class_shapes_build_fresh_spans_with_values_of_their_own():
 def test_user_class_table_says_spans_are_fresh_and_labels_re_encoding():
     assert "fresh spans" in bench.USER_CLASSES_TITLE and "re-encoding" in bench.USER_CLASSES_TITLE
     assert "re-encoded" in bench.REENCODED
-    # the sample shapes, which are encoded again every call, are said to be
-    assert "re-encoded" in bench.SAMPLES_NOTE and "fresh" in bench.SAMPLES_NOTE
+    # the sample shapes are fresh by default; re-encoding them (--reencode) is said to be
+    assert "fresh spans" in bench.SAMPLES_NOTE and "re-encoded" not in bench.SAMPLES_NOTE
+    assert "re-encoded (--reencode)" in bench.SAMPLES_REENCODED_NOTE
+    assert "fresh spans" in bench.SUMMARY_TITLE and "re-encoding" in bench.SUMMARY_REENCODED_TITLE
+
+
+@pytest.mark.parametrize("shape", ["keys_per_span", "web"])
+def test_sample_shapes_made_fresh_have_values_of_their_own_and_share_constants(shape):
+    inputs = bench.ShapeInputs(shape, quick=True)
+    first, second = inputs.fresh("slotted"), inputs.fresh("slotted")
+    spans = [span for trace in first for span in trace]
+    again = [span for trace in second for span in trace]
+    assert not {id(s) for s in spans} & {id(s) for s in again}  # new span objects every time
+    assert [s.resource for s in spans] == [s.resource for s in again]
+    # Constants shared by several spans stay shared, as a tracer's literals are.
+    assert all(a.service is b.service for a, b in zip(spans, again))
+    if shape == "keys_per_span":
+        # A resource with an id: new text for every span, a new str object every time; keys built per span.
+        assert len({s.resource for s in spans}) == len(spans)
+        assert all(a.resource is not b.resource for a, b in zip(spans, again))
+        assert all(a is not b for x, y in zip(spans, again) for a, b in zip(x.meta, y.meta))
+    else:
+        # An HTTP child's URL (an id in it) and resource, a SQL child's shard host: the span's own.
+        http = [(x, y) for x, y in zip(spans, again) if x.span_type == "http"]
+        sql = [(x, y) for x, y in zip(spans, again) if x.span_type == "sql"]
+        assert len({x.meta["http.url"] for x, _ in http}) > len(http) // 2 > 0  # an id in most
+        assert all(x.meta["http.url"] is not y.meta["http.url"] and x.resource is not y.resource
+                   for x, y in http)
+        assert sql and all(x.meta["out.host"] is not y.meta["out.host"] for x, y in sql)
+        # A query and the shared tags are the program's literals.
+        assert all(x.resource is y.resource and x.meta["env"] is y.meta["env"] for x, y in sql)
+    # ... and every form encodes to the reference bytes.
+    for version in bench.VERSIONS:
+        assert spanpack.TraceMsgPackEncoder(version).encode_traces(inputs.fresh("slotted")) == inputs.reference(version)

@@ -31,8 +31,13 @@ v1.0 payloads
 Ratios are "contender time / spanpack time" on the same shape and version
 (above 1: spanpack is faster).
 
-The sample shapes are re-encoded: every timed call encodes the same
-objects again (the bench says so in its output).
+Each timed call on the sample shapes encodes span objects built for it
+alone, outside the timing, with new str objects for each span's own values
+(a resource with an id, a URL, a host, random tag values; constants stay
+shared), as a tracer encodes its spans once; peers get their dicts, Structs
+or ddtrace Spans made from those spans, also outside the timing.
+``--reencode`` times the same objects encoded again and again instead (a
+cache's best case, labelled so in the output).
 
 Then span classes of one's own (:mod:`spanpack.user_spans`: ``__slots__``
 with only the core fields, plain classes, dataclasses, attrs, msgspec
@@ -111,6 +116,32 @@ class ShapeInputs:
     @property
     def structs(self) -> List[List[Any]]:
         return self._get("structs", lambda: v04_structs(self.slotted))
+
+    def form(self, name: str) -> Any:
+        """The traces in form `name` (a property above, or "payload<version>": the
+        reference payload, the floor's input), built once and kept: re-encoding."""
+        if name.startswith("payload"):
+            return self.reference(name[len("payload"):])
+        return getattr(self, name)
+
+    def fresh(self, name: str) -> Any:
+        """The traces in form `name` made anew: new span objects (and dicts,
+        Structs or ddtrace Spans made from them) and new str objects for each
+        span's own values (samples.refresher), the same content every call."""
+        if name.startswith("payload"):
+            return self.reference(name[len("payload"):])  # the floor copies a finished payload
+        records = self._get("refresh", lambda: samples.refresher(self.records))()
+        if name == "slotted":
+            return samples.as_slotted(records)
+        if name == "dicts":
+            return samples.as_dicts(records)
+        if name == "ddtrace":
+            return samples.as_ddtrace(records)
+        if name == "v04_maps":
+            return v04_maps(samples.as_slotted(records))
+        if name == "structs":
+            return v04_structs(samples.as_slotted(records))
+        raise ValueError("unknown input form %r" % name)
 
     def reference(self, version: str) -> bytes:
         return self._get(
@@ -233,26 +264,24 @@ class Contender:
     version: str
     family: str  # for the chart's colours and the summary
     requires: Tuple[str, ...]  # importable module names
-    # make(inputs) -> zero-argument callable returning the payload bytes
-    make: Callable[[ShapeInputs], Callable[[], bytes]]
+    form: str  # the input it encodes: a ShapeInputs form ("slotted", "dicts", "ddtrace", ...)
+    # make(inputs) -> the timed callable, taking an input of `form` and returning the payload bytes
+    make: Callable[[ShapeInputs], Callable[[Any], bytes]]
 
 
-def _sp_encode_traces(version: str, form: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
-    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+def _sp_encode_traces(version: str, form: str) -> Callable[[ShapeInputs], Callable[[Any], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[Any], bytes]:
         fields = "ddtrace" if form == "ddtrace" else None
-        encoder = spanpack.TraceMsgPackEncoder(version, fields=fields, max_size=BIG)
-        traces = getattr(inputs, form)
-        encode = encoder.encode_traces
-        return lambda: encode(traces)
+        return spanpack.TraceMsgPackEncoder(version, fields=fields, max_size=BIG).encode_traces
 
     return make
 
 
-def _put_encode(encoder: Any, traces: List[list]) -> Callable[[], bytes]:
+def _put_encode(encoder: Any) -> Callable[[List[list]], bytes]:
     put = encoder.put
     encode = encoder.encode
 
-    def run() -> bytes:
+    def run(traces: List[list]) -> bytes:
         for trace in traces:
             put(trace)
         payloads = encode()
@@ -263,79 +292,73 @@ def _put_encode(encoder: Any, traces: List[list]) -> Callable[[], bytes]:
     return run
 
 
-def _sp_put_encode(version: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
-    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+def _sp_put_encode(version: str) -> Callable[[ShapeInputs], Callable[[Any], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[Any], bytes]:
         encoder = spanpack.TraceMsgPackEncoder(
             version, fields="ddtrace", max_size=BIG, max_item_size=BIG, max_payload_size=BIG
         )
-        return _put_encode(encoder, inputs.ddtrace)
+        return _put_encode(encoder)
 
     return make
 
 
-def _dd_put_encode(version: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
-    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+def _dd_put_encode(version: str) -> Callable[[ShapeInputs], Callable[[Any], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[Any], bytes]:
         from ddtrace.internal._encoding import MsgpackEncoderV04, MsgpackEncoderV05
 
         cls = MsgpackEncoderV04 if version == "v0.4" else MsgpackEncoderV05
-        return _put_encode(cls(BIG, BIG), inputs.ddtrace)
+        return _put_encode(cls(BIG, BIG))
 
     return make
 
 
-def _packb(module: str, prebuilt: bool) -> Callable[[ShapeInputs], Callable[[], bytes]]:
-    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
+def _packb(module: str, prebuilt: bool) -> Callable[[ShapeInputs], Callable[[Any], bytes]]:
+    def make(inputs: ShapeInputs) -> Callable[[Any], bytes]:
         packb = __import__(module).packb
         if prebuilt:
-            maps = inputs.v04_maps
-            return lambda: packb(maps)
-        traces = inputs.slotted
-        return lambda: packb(v04_maps(traces))
+            return packb
+        return lambda traces: packb(v04_maps(traces))
 
     return make
 
 
-def _msgspec(inputs: ShapeInputs) -> Callable[[], bytes]:
+def _msgspec(inputs: ShapeInputs) -> Callable[[Any], bytes]:
     import msgspec
 
-    encode = msgspec.msgpack.Encoder().encode
-    structs = inputs.structs
-    return lambda: encode(structs)
+    return msgspec.msgpack.Encoder().encode
 
 
-def _floor(version: str) -> Callable[[ShapeInputs], Callable[[], bytes]]:
-    def make(inputs: ShapeInputs) -> Callable[[], bytes]:
-        payload = inputs.reference(version)
-        return lambda: bytes(bytearray(payload))
-
-    return make
+def _floor(inputs: ShapeInputs) -> Callable[[Any], bytes]:
+    return lambda payload: bytes(bytearray(payload))
 
 
 def _version_contenders(version: str, peers: List[Contender]) -> List[Contender]:
     """spanpack's four entry points on `version`, then the peers, then the floor."""
     return [
         Contender("spanpack-slotted", "spanpack encode_traces (slotted objects)", version, "spanpack",
-                  (), _sp_encode_traces(version, "slotted")),
+                  (), "slotted", _sp_encode_traces(version, "slotted")),
         Contender("spanpack-dicts", "spanpack encode_traces (dicts)", version, "spanpack",
-                  (), _sp_encode_traces(version, "dicts")),
+                  (), "dicts", _sp_encode_traces(version, "dicts")),
         Contender("spanpack-ddtrace", "spanpack encode_traces (ddtrace spans)", version, "spanpack",
-                  ("ddtrace",), _sp_encode_traces(version, "ddtrace")),
+                  ("ddtrace",), "ddtrace", _sp_encode_traces(version, "ddtrace")),
         Contender("spanpack-ddtrace-put", "spanpack put+encode (ddtrace spans)", version, "spanpack",
-                  ("ddtrace",), _sp_put_encode(version)),
+                  ("ddtrace",), "ddtrace", _sp_put_encode(version)),
         *peers,
-        Contender("floor", "floor: bytes(bytearray(payload))", version, "floor", (), _floor(version)),
+        Contender("floor", "floor: bytes(bytearray(payload))", version, "floor", (), "payload" + version,
+                  _floor),
     ]
 
 
 def _ddtrace_contender(version: str) -> Contender:
     label = "ddtrace MsgpackEncoderV%s put+encode" % version[1:].replace(".", "")
-    return Contender("ddtrace-put", label, version, "ddtrace", ("ddtrace",), _dd_put_encode(version))
+    return Contender("ddtrace-put", label, version, "ddtrace", ("ddtrace",), "ddtrace",
+                     _dd_put_encode(version))
 
 
 def _packb_contender(module: str, prebuilt: bool) -> Contender:
     key, label = ("prebuilt", "prebuilt v0.4 dicts") if prebuilt else ("build", "+ building the dicts")
     return Contender("%s-%s" % (module, key), "%s.packb (%s)" % (module, label), "v0.4", module,
-                     (module,), _packb(module, prebuilt))
+                     (module,), "v04_maps" if prebuilt else "slotted", _packb(module, prebuilt))
 
 
 CONTENDERS: List[Contender] = [
@@ -344,7 +367,7 @@ CONTENDERS: List[Contender] = [
         _packb_contender("msgpack", True), _packb_contender("msgpack", False),
         _packb_contender("ormsgpack", True), _packb_contender("ormsgpack", False),
         Contender("msgspec-structs", "msgspec Encoder (prebuilt Structs)", "v0.4", "msgspec",
-                  ("msgspec",), _msgspec),
+                  ("msgspec",), "structs", _msgspec),
     ]),
     *_version_contenders("v0.5", [_ddtrace_contender("v0.5")]),
     *_version_contenders("v1.0", []),  # no other Python encoder writes v1.0
@@ -501,6 +524,7 @@ def measure_interleaved(fns: Sequence[Callable[[], Any]], budget: Budget) -> Lis
 
 
 FRESH_CALLS = 8  # calls per round at most when every call gets inputs of its own (memory)
+FRESH_SPANS = 8000  # the same bound in spans, for sample shapes of any size (a round of span_1: 8000 calls)
 
 
 def _round_fresh(make: Callable[[], Any], fn: Callable[[Any], Any], number: int) -> float:
@@ -588,8 +612,12 @@ def run(
     versions: Sequence[str] = VERSIONS,
     progress: Callable[[str], None] = lambda msg: None,
     budget: Optional[Budget] = None,
+    reencode: bool = False,
 ) -> Tuple[List[Result], List[str]]:
-    """Check and time every available contender on every shape; (results, notes)."""
+    """Check and time every available contender on every shape; (results, notes).
+
+    Each timed call encodes span objects made for it alone, outside the timing
+    (measure_fresh), or with `reencode` the same objects every call."""
     budget = budget or (QUICK_BUDGET if quick else DEFAULT_BUDGET)
     notes: List[str] = []
     missing = sorted({m for c in contenders(versions) for m in c.requires if not available(m)})
@@ -610,7 +638,7 @@ def run(
         inputs = ShapeInputs(shape, quick)
         progress("[%d/%d] %s: %d trace(s), %d spans" % (n, len(shapes), shape, inputs.traces,
                                                         inputs.spans))
-        to_time: List[Tuple[Result, Callable[[], bytes]]] = []
+        to_time: List[Tuple[Result, Contender, Callable[[Any], bytes]]] = []
         for contender in contenders(versions):
             result = Result(shape, contender.version, contender.key, contender.label,
                             contender.family, inputs.spans, inputs.traces, status="")
@@ -622,7 +650,7 @@ def run(
             version = contender.version
             try:
                 fn = contender.make(inputs)
-                payload = fn()
+                payload = fn(inputs.fresh(contender.form))
             except Exception as exc:
                 result.status = "error: %s: %s" % (type(exc).__name__, str(exc)[:80])
                 progress("    %-44s %s %s" % (contender.label, version, result.status))
@@ -644,11 +672,18 @@ def run(
             if result.status.startswith("differs"):
                 progress("    %-44s %s %s (not timed)" % (contender.label, version, result.status))
                 continue
-            to_time.append((result, fn))
-        progress("    checked %d contenders; timing them in turns" % len(to_time))
-        timings = measure_interleaved([fn for _, fn in to_time], budget)
+            to_time.append((result, contender, fn))
+        progress("    checked %d contenders; timing them in turns (%s)"
+                 % (len(to_time), "re-encoding" if reencode else "fresh spans every call"))
+        if reencode:
+            timings = measure_interleaved(
+                [lambda fn=fn, traces=inputs.form(c.form): fn(traces) for _, c, fn in to_time], budget)
+        else:
+            timings = measure_fresh(
+                [(lambda form=c.form: inputs.fresh(form), fn) for _, c, fn in to_time], budget,
+                max_calls=max(1, FRESH_SPANS // inputs.spans))
         reference_best: Dict[str, float] = {}
-        for (result, _fn), timing in zip(to_time, timings):
+        for (result, _contender, _fn), timing in zip(to_time, timings):
             result.best, result.median = timing.best, timing.median
             result.rounds, result.number = timing.rounds, timing.number
             if result.key == REFERENCE_KEY:
@@ -668,9 +703,13 @@ USER_CLASSES_TITLE = ("Your own span class, fresh spans (10 traces x 100 spans b
                       "spanpack v0.4 re-encoding the same objects, which a tracer never does:")
 
 
-SAMPLES_NOTE = ("The sample shapes below are re-encoded: every call encodes the same span objects again, "
-                "which a tracer never does; the span classes of one's own further down are fresh spans, "
-                "built for each call and encoded once.")
+SAMPLES_NOTE = ("The sample shapes below are fresh spans: every timed call encodes span objects built for it "
+                "alone before the timing (with new str objects for each span's own values: a resource with "
+                "an id, a URL, a host, random tag values), each encoded once, as a tracer does; peers get "
+                "their dicts, Structs or ddtrace Spans made from those spans, also before the timing.")
+SAMPLES_REENCODED_NOTE = ("The sample shapes below are re-encoded (--reencode): every call encodes the same "
+                          "span objects again, which a tracer never does; without --reencode each call gets "
+                          "fresh spans.")
 
 
 def run_user_classes(quick: bool = False,
@@ -781,8 +820,9 @@ def report(results: List[Result]) -> str:
 # against spanpack encode_traces on slotted objects (REFERENCE_KEY).
 BASELINE = {"ddtrace-put": "spanpack-ddtrace-put"}
 
-SUMMARY_TITLE = ("Peers vs spanpack (time ratio; ddtrace columns compare put+encode on the same "
-                 "ddtrace Spans, the others compare with spanpack on slotted objects):")
+SUMMARY_TITLE = ("Peers vs spanpack, fresh spans every call (time ratio; ddtrace columns compare put+encode "
+                 "on the same ddtrace Spans, the others compare with spanpack on slotted objects):")
+SUMMARY_REENCODED_TITLE = SUMMARY_TITLE.replace("fresh spans every call", "re-encoding the same spans")
 SUMMARY = [
     # (column title, version, contender key)
     ("ddtrace v0.4", "v0.4", "ddtrace-put"),
@@ -978,6 +1018,9 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
                         % ", ".join(samples.shape_names()))
     parser.add_argument("--versions", nargs="+", choices=list(VERSIONS), default=list(VERSIONS),
                         help="payload versions to run (default: all)")
+    parser.add_argument("--reencode", action="store_true",
+                        help="encode the same span objects in every timed call (a cache's best case, "
+                        "which a tracer never sees) instead of fresh spans built for each call")
     parser.add_argument("--list", action="store_true", help="list shapes and contenders, then exit")
     parser.add_argument("--no-user-classes", action="store_true",
                         help="skip the table of span classes of one's own (spanpack.user_spans)")
@@ -1007,7 +1050,8 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
         print(message, file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    results, notes = run(shapes, quick=args.quick, versions=args.versions, progress=progress)
+    results, notes = run(shapes, quick=args.quick, versions=args.versions, progress=progress,
+                         reencode=args.reencode)
     user_classes = None if args.no_user_classes else run_user_classes(args.quick, progress)
     tracer_spans = None
     if not args.no_ddtrace_tracer and available("ddtrace"):
@@ -1022,11 +1066,11 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
              "quick" if args.quick else "full", elapsed, rounds_range(results)))
     print("x spanpack = contender time / spanpack encode_traces(slotted objects) time, "
           "same shape and version (above 1: spanpack faster)")
-    print(SAMPLES_NOTE)
+    print(SAMPLES_REENCODED_NOTE if args.reencode else SAMPLES_NOTE)
     print()
     print(report(results))
     print()
-    print(SUMMARY_TITLE)
+    print(SUMMARY_REENCODED_TITLE if args.reencode else SUMMARY_TITLE)
     print(summary(results))
     print(LEGEND)
     if user_classes is not None:
@@ -1044,6 +1088,7 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
             json.dump({
                 "environment": env,
                 "quick": args.quick,
+                "reencode": args.reencode,
                 "elapsed_s": elapsed,
                 "notes": notes,
                 "results": [
@@ -1057,8 +1102,10 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
                   file=sys.stderr)
         else:
             chart(results, args.out,
-                  "spanpack %s vs peers, Python %s%s" % (env["packages"]["spanpack"], env["python"],
-                                                        " (quick)" if args.quick else ""))
+                  "spanpack %s vs peers, Python %s, %s%s"
+                  % (env["packages"]["spanpack"], env["python"],
+                     "re-encoding the same spans" if args.reencode else "fresh spans every call",
+                     " (quick)" if args.quick else ""))
             print("wrote " + args.out, file=sys.stderr)
     return 0
 

@@ -27,6 +27,8 @@ Usage::
     from spanpack import samples
     records = samples.build("web")            # list of traces of record dicts
     traces = samples.as_slotted(records)      # or as_dicts / as_ddtrace
+    fresh = samples.refresher(records)        # for timed calls on spans of their own:
+    traces = samples.as_slotted(fresh())      # new objects, new str objects for per-span values
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "as_slotted",
     "build",
     "ddtrace_available",
+    "refresher",
     "shape_names",
     "span_count",
     "web_traces",
@@ -119,8 +122,9 @@ def _ddtrace_like(
 ) -> List[List[Record]]:
     """Traces shaped like ddtrace's encoder benchmark (benchmarks/encoder).
 
-    Names and resources come from pools of 256 16-character strings, services
-    from a pool of 16; the tag keys are shared by every span and each tag value
+    Names come from a pool of 256 16-character strings, services from a pool
+    of 16; each resource is one of 256 such strings with an id of its own
+    (``"<word>/<id>"``, a str object per span); the tag keys are shared by every span and each tag value
     is a fresh random string of `ltags` characters; metric values are random
     ints in [0, 2**16].  The first span of a trace is the root, every other
     span is its child.  Trace ids are 64-bit, so no ``_dd.p.tid`` is involved.
@@ -149,7 +153,8 @@ def _ddtrace_like(
                 "parent_id": None if i == 0 else root_id,
                 "service": rng.choice(services),
                 "name": rng.choice(names),
-                "resource": rng.choice(resources),
+                # A resource with an id in it, formatted per span as tracers do.
+                "resource": "%s/%d" % (rng.choice(resources), rng.randrange(1_000_000)),
                 "span_type": None,
                 "start_ns": clock,
                 "duration_ns": 10_000 + rng.randrange(1_000_000),
@@ -200,7 +205,10 @@ def _web(ntraces: int = 1, children: int = 50, seed: int = 7) -> List[List[Recor
 
     About ten tags and four metrics per span, 128-bit trace ids with
     ``_dd.p.tid`` on the root (as the tracer's trace-tags processor sets it),
-    every 13th child an error with the usual error tags.
+    every 13th child an error with the usual error tags.  Per span: the
+    root's URL (an order id), an HTTP child's URL (an account id or SKU) and
+    resource, a SQL child's database host (one of 8 shards), each a str
+    object of the span's own; the other tags are shared constants.
     """
     rng = random.Random(seed)
     runtime_id = "%032x" % rng.getrandbits(128)
@@ -253,14 +261,15 @@ def _web(ntraces: int = 1, children: int = 50, seed: int = 7) -> List[List[Recor
             error = 1 if i % 13 == 12 else 0
             if i % 3 != 2:
                 query = _SQL[(i + t) % len(_SQL)]
+                host = "pg-%d.db.internal" % (i % 8)  # the shard's host: a str of this span's
                 duration = 200_000 + rng.randrange(3_000_000)
                 meta = {
                     **_client_tags("psycopg"),
                     "db.system": "postgresql",
                     "db.name": "shop",
                     "db.user": "shop_rw",
-                    "out.host": "pg-primary.db.internal",
-                    "server.address": "pg-primary.db.internal",
+                    "out.host": host,
+                    "server.address": host,
                     "db.application": "shop-web",
                 }
                 metrics = {
@@ -281,7 +290,8 @@ def _web(ntraces: int = 1, children: int = 50, seed: int = 7) -> List[List[Recor
                 meta = {
                     **_client_tags("requests"),
                     "http.method": method,
-                    "http.url": "http://%s%s" % (host, path.replace("{", "").replace("}", "")),
+                    "http.url": "http://%s%s" % (host, path.format(account_id=rng.randrange(10**6),
+                                                                   sku=rng.randrange(10**6))),
                     "http.status_code": str(status),
                     "out.host": host,
                     "peer.service": host.split(".")[0],
@@ -391,6 +401,57 @@ def build(shape: str, quick: bool = False) -> List[List[Record]]:
 
 def span_count(traces: Traces) -> int:
     return sum(len(trace) for trace in traces)
+
+
+_TEXT_FIELDS = ("service", "name", "resource", "span_type", "origin")
+
+
+def _span_texts(record: Record) -> List[Any]:
+    """The str objects a record holds: its text fields, tag keys and values, metric keys."""
+    texts = [record.get(name) for name in _TEXT_FIELDS]
+    texts += [t for item in record["meta"].items() for t in item]
+    texts += list(record["metrics"])
+    return [t for t in texts if type(t) is str]
+
+
+def refresher(records: List[List[Record]]) -> Callable[[], List[List[Record]]]:
+    """A function returning a copy of `records` with new str objects for the
+    values that are the span's own, the same text every call.
+
+    A str object held by one span only (a resource with an id, a random tag
+    value, a URL, a key built per span) was made for that span, so every
+    copy makes it anew, as a tracer formats it for every span; a str object
+    shared by several spans (a service, an operation name, most tag keys) is
+    a constant of the tracer's and stays shared.  For timed calls that each
+    get spans of their own: ``as_slotted(refresher(records)())``.
+    """
+    seen: Dict[int, int] = {}
+    for trace in records:
+        for record in trace:
+            for key in {id(t) for t in _span_texts(record)}:
+                seen[key] = seen.get(key, 0) + 1
+    own = {key for key, count in seen.items() if count == 1}
+
+    def text(value: Any) -> Any:
+        return _fresh(value) if id(value) in own else value
+
+    def copy() -> List[List[Record]]:
+        out = []
+        for trace in records:
+            spans = []
+            for record in trace:
+                span = dict(record)
+                for name in _TEXT_FIELDS:
+                    value = record.get(name)
+                    if value is not None and id(value) in own:
+                        span[name] = _fresh(value)
+                span["meta"] = {text(k): text(v) for k, v in record["meta"].items()}
+                span["metrics"] = {text(k): v for k, v in record["metrics"].items()}
+                spans.append(span)
+            out.append(spans)
+        return out
+
+    return copy
 
 
 def as_slotted(records: List[List[Record]]) -> List[List[SampleSpan]]:
