@@ -508,13 +508,20 @@ def measure_interleaved(fns: Sequence[Callable[[], Any]], budget: Budget) -> Lis
     budget.min_rounds rounds and budget.max_time per callable has passed.
     """
     numbers = [_calibrate(fn, budget) for fn in fns]
-    times: List[List[float]] = [[] for _ in fns]
+    return _take_turns([lambda fn=fn, number=number: _round(fn, number)
+                        for fn, number in zip(fns, numbers)], numbers, budget)
+
+
+def _take_turns(rounds: Sequence[Callable[[], float]], numbers: Sequence[int], budget: Budget) -> List[Timing]:
+    """One round of each (a call giving seconds per call), then the next of
+    each, within `budget` (see measure_interleaved)."""
+    times: List[List[float]] = [[] for _ in rounds]
     start = time.perf_counter()
-    limit = budget.max_time * len(fns)
+    limit = budget.max_time * len(rounds)
     while True:
-        for fn, number, samples_ in zip(fns, numbers, times):
+        for one_round, samples_ in zip(rounds, times):
             if len(samples_) < budget.max_rounds:
-                samples_.append(_round(fn, number))
+                samples_.append(one_round())
         if all(len(t) >= budget.max_rounds for t in times):
             break
         if (time.perf_counter() - start > limit
@@ -560,19 +567,8 @@ def measure_fresh(calls: Sequence[Tuple[Callable[[], Any], Callable[[Any], Any]]
         fn(item)
         first = time.perf_counter() - t0
         numbers.append(max(1, min(max_calls, int(budget.round_time / max(first, 1e-9)))))
-    times: List[List[float]] = [[] for _ in calls]
-    start = time.perf_counter()
-    limit = budget.max_time * len(calls)
-    while True:
-        for (make, fn), number, samples_ in zip(calls, numbers, times):
-            if len(samples_) < budget.max_rounds:
-                samples_.append(_round_fresh(make, fn, number))
-        if all(len(t) >= budget.max_rounds for t in times):
-            break
-        if (time.perf_counter() - start > limit
-                and all(len(t) >= budget.min_rounds for t in times)):
-            break
-    return [Timing(min(t), statistics.median(t), len(t), n) for t, n in zip(times, numbers)]
+    return _take_turns([lambda make=make, fn=fn, number=number: _round_fresh(make, fn, number)
+                        for (make, fn), number in zip(calls, numbers)], numbers, budget)
 
 
 # --------------------------------------------------------------------------------------------
