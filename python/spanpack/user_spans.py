@@ -112,8 +112,12 @@ class PlainDuration:
 
 
 DataSpan = dataclasses.make_dataclass("DataSpan", [(n, Any) for n in CORE], namespace={"to_dict": _to_dict})
-SlotDataSpan = dataclasses.make_dataclass("SlotDataSpan", [(n, Any) for n in CORE], slots=True,
-                                          namespace={"to_dict": _to_dict})
+# dataclass(slots=True) is CPython 3.10's: the form is left out on 3.9.
+SlotDataSpan: Optional[type] = (
+    dataclasses.make_dataclass("SlotDataSpan", [(n, Any) for n in CORE], slots=True,
+                               namespace={"to_dict": _to_dict})
+    if sys.version_info >= (3, 10) else None
+)
 
 
 def _attrs_class(slots: bool) -> Optional[type]:
