@@ -4,6 +4,7 @@
  * float.__repr__ whatever their class, NaN and the infinities by name, lists, tuples and
  * dicts in their own order. */
 #include "jsontext.h"
+#include "pyint.h"
 
 #include <math.h>
 #include <string.h>
@@ -116,7 +117,7 @@ write_json_str(OutBuf *out, PyObject *str)
     return 0;
 }
 
-/* An int in [-2**63, 2**64) as int.__repr__ writes it, whatever its class (json
+/* An int of at most 64 bits, either sign, as int.__repr__ writes it, whatever its class (json
  * calls int's own repr, never a subclass's): 1.  Declined (0) beyond that:
  * int.__repr__ may refuse (sys.set_int_max_str_digits), its error then naming
  * no span, and from CPython 3.12 a long one runs Python code (_pylong), during
@@ -125,28 +126,9 @@ write_json_str(OutBuf *out, PyObject *str)
 static int
 write_json_int(OutBuf *out, PyObject *value)
 {
-    int overflow = 0;
-    int negative = 0;
-    unsigned long long magnitude;
-    long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (small == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow == 0) {
-        negative = small < 0;
-        magnitude = negative ? 0ULL - (unsigned long long)small : (unsigned long long)small;
-    }
-    else if (overflow > 0) {
-        magnitude = PyLong_AsUnsignedLongLong(value);
-        if (magnitude == (unsigned long long)-1 && PyErr_Occurred()) {
-            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-                return -1;
-            }
-            PyErr_Clear();
-            return 0;
-        }
-    }
-    else {
+    int negative;
+    uint64_t magnitude;
+    if (pyint_magnitude64_api(value, &magnitude, &negative) != 0) {
         return 0;
     }
     /* Decimal digits, last first (snprintf costs several times more). */

@@ -74,50 +74,30 @@ put_plain_text(OutBuf *out, PyObject *value)
 static int
 put_plain_int(OutBuf *out, PyObject *value)
 {
-    if (!PyLong_CheckExact(value)) {
+    uint64_t magnitude;
+    int negative;
+    int64_t signed_value;
+    if (!PyLong_CheckExact(value) || pyint_magnitude64_api(value, &magnitude, &negative) != 0) {
         return WRITE_DECLINED;
     }
-    int overflow = 0;
-    long long signed_value = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (signed_value == -1 && PyErr_Occurred()) {
-        return WRITE_ERROR;
+    if (!negative) {
+        return mp_write_uint(out, magnitude) < 0 ? WRITE_ERROR : WRITE_DONE;
     }
-    if (overflow == 0) {
-        return (signed_value < 0 ? mp_write_int(out, signed_value)
-                                 : mp_write_uint(out, (uint64_t)signed_value)) < 0
-                   ? WRITE_ERROR
-                   : WRITE_DONE;
-    }
-    if (overflow < 0) {
+    if (pyint_signed64(magnitude, negative, &signed_value) != 0) {
         return WRITE_DECLINED;
     }
-    unsigned long long unsigned_value = PyLong_AsUnsignedLongLong(value);
-    if (unsigned_value == (unsigned long long)-1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            return WRITE_DECLINED;
-        }
-        return WRITE_ERROR;
-    }
-    return mp_write_uint(out, unsigned_value) < 0 ? WRITE_ERROR : WRITE_DONE;
+    return mp_write_int(out, signed_value) < 0 ? WRITE_ERROR : WRITE_DONE;
 }
 
 /* An exact int in [0, 2**63). */
 static int
 plain_uint63(PyObject *value, uint64_t *out)
 {
-    if (!PyLong_CheckExact(value)) {
+    int negative;
+    if (!PyLong_CheckExact(value) || pyint_magnitude64_api(value, out, &negative) != 0 ||
+        negative || *out > (uint64_t)INT64_MAX) {
         return WRITE_DECLINED;
     }
-    int overflow = 0;
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (number == -1 && PyErr_Occurred()) {
-        return WRITE_ERROR;
-    }
-    if (overflow != 0 || number < 0) {
-        return WRITE_DECLINED;
-    }
-    *out = (uint64_t)number;
     return WRITE_DONE;
 }
 
@@ -265,50 +245,26 @@ flatten_link_attribute(PyObject *flat, PyObject *key, PyObject *value, int depth
     return result < 0 ? WRITE_ERROR : WRITE_DONE;
 }
 
-/* After a conversion of an int that may not fit: an OverflowError declines
- * (spanpack._extras names the value), anything else is an error. */
-static int
-overflow_declines(void)
-{
-    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        return WRITE_ERROR;
-    }
-    PyErr_Clear();
-    return WRITE_DECLINED;
-}
-
-static void
-put_hex64(char *p, uint64_t value)
-{
-    for (int i = 15; i >= 0; i--, value >>= 4) {
-        p[i] = "0123456789abcdef"[value & 0xf];
-    }
-}
-
 /* An exact int in [0, 2**bits) (`bits` 64 or 128) as bits / 4 lowercase hex
  * digits, as "{:016x}" and "{:032x}" write it. */
 static int
 link_id_hex(PyObject *value, int bits, PyObject **hex)
 {
+    uint64_t high = 0, low;
+    int negative;
     if (!PyLong_CheckExact(value)) {
         return WRITE_DECLINED;
     }
-    int overflow = 0;
-    long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (small == -1 && PyErr_Occurred()) {
-        return WRITE_ERROR;
-    }
-    if (overflow < 0 || (overflow == 0 && small < 0)) {
-        return WRITE_DECLINED;
-    }
-    uint64_t high = 0, low = (uint64_t)small;
-    if (overflow > 0 && bits == 64) {
-        low = PyLong_AsUnsignedLongLong(value);
-        if (low == (uint64_t)-1 && PyErr_Occurred()) {
-            return overflow_declines();
+    if (pyint_magnitude64_api(value, &low, &negative) == 0) {
+        if (negative && low != 0) {
+            return WRITE_DECLINED;
         }
     }
-    else if (overflow > 0) {
+    else if (bits == 64 || pyint_sign(value) < 0) {
+        return WRITE_DECLINED;
+    }
+    else {
+        /* 64 to 128 bits: the high half by a shift (ids this wide are rare). */
         low = PyLong_AsUnsignedLongLongMask(value);
         PyObject *shift = PyLong_FromLong(64);
         PyObject *upper = shift != NULL ? PyNumber_Rshift(value, shift) : NULL;
@@ -316,17 +272,17 @@ link_id_hex(PyObject *value, int bits, PyObject **hex)
         if (upper == NULL) {
             return WRITE_ERROR;
         }
-        high = PyLong_AsUnsignedLongLong(upper);
+        int wider = pyint_magnitude64_api(upper, &high, &negative);
         Py_DECREF(upper);
-        if (high == (uint64_t)-1 && PyErr_Occurred()) {
-            return overflow_declines();
+        if (wider) {
+            return WRITE_DECLINED;
         }
     }
     char text[32];
     if (bits == 128) {
-        put_hex64(text, high);
+        hex64_put(text, high);
     }
-    put_hex64(text + (bits == 128 ? 16 : 0), low);
+    hex64_put(text + (bits == 128 ? 16 : 0), low);
     *hex = PyUnicode_FromStringAndSize(text, bits / 4);
     return *hex == NULL ? WRITE_ERROR : WRITE_DONE;
 }

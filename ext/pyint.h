@@ -65,6 +65,28 @@ pyint_sign(PyObject *value)
 #endif
 }
 
+/* The sign and magnitude of `value` (an int) through the C API, for ints
+ * whose digits are not read in place.  Returns 0, or 1 when the magnitude
+ * needs more than 64 bits.  Never sets an exception. */
+static inline int
+pyint_magnitude64_api(PyObject *value, uint64_t *magnitude, int *negative)
+{
+    /* Sized first, so that no conversion can fail: an exception object is
+     * Python code's chance to run (a collection's finalizers), which callers
+     * holding borrowed values must not give it. */
+    size_t bits = _PyLong_NumBits(value);
+    if (bits == (size_t)-1 || bits > 64) {
+        PyErr_Clear(); /* (size_t)-1: more bits than a size_t counts */
+        return 1;
+    }
+    /* The low 64 bits of the two's complement, as an int's (a subclass's
+     * methods are not called). */
+    uint64_t low = (uint64_t)PyLong_AsUnsignedLongLongMask(value);
+    *negative = pyint_sign(value) < 0;
+    *magnitude = *negative ? (uint64_t)0 - low : low;
+    return 0;
+}
+
 /* The sign and magnitude of `value` (an int).  Returns 0, or 1 when the
  * magnitude needs more than 64 bits.  Never sets an exception. */
 static inline int
@@ -73,20 +95,7 @@ pyint_magnitude64(const SpFastPaths *fast, PyObject *value, uint64_t *magnitude,
     const digit *digits;
     Py_ssize_t digit_count;
     if (!pyint_digits(fast, value, &digits, &digit_count, negative)) {
-        /* Sized first, so that no conversion can fail: an exception object
-         * is Python code's chance to run (a collection's finalizers), which
-         * callers holding borrowed values must not give it. */
-        size_t bits = _PyLong_NumBits(value);
-        if (bits == (size_t)-1 || bits > 64) {
-            PyErr_Clear(); /* (size_t)-1: more bits than a size_t counts */
-            return 1;
-        }
-        /* The low 64 bits of the two's complement, as an int's (a subclass's
-         * methods are not called). */
-        uint64_t low = (uint64_t)PyLong_AsUnsignedLongLongMask(value);
-        *negative = pyint_sign(value) < 0;
-        *magnitude = *negative ? (uint64_t)0 - low : low;
-        return 0;
+        return pyint_magnitude64_api(value, magnitude, negative);
     }
     /* Ints are normalised (no leading zero digit): 64 bits take at most
      * ceil(64 / PyLong_SHIFT) digits, the top one partly. */
@@ -160,15 +169,11 @@ pyint_as_u64(const SpFastPaths *fast, PyObject *value, uint64_t *out)
     return pyint_magnitude64(fast, value, out, &negative) != 0 || (negative && *out != 0);
 }
 
-/* `value` as a signed 64-bit int: 0, or 1 when out of range. */
+/* A sign and 64-bit magnitude as a signed 64-bit int: 0, or 1 when out of
+ * range. */
 static inline int
-pyint_as_i64(const SpFastPaths *fast, PyObject *value, int64_t *out)
+pyint_signed64(uint64_t magnitude, int negative, int64_t *out)
 {
-    uint64_t magnitude;
-    int negative;
-    if (pyint_magnitude64(fast, value, &magnitude, &negative) != 0) {
-        return 1;
-    }
     if (negative) {
         if (magnitude > (uint64_t)INT64_MAX + 1) {
             return 1;
@@ -181,6 +186,16 @@ pyint_as_i64(const SpFastPaths *fast, PyObject *value, int64_t *out)
     }
     *out = (int64_t)magnitude;
     return 0;
+}
+
+/* `value` as a signed 64-bit int: 0, or 1 when out of range. */
+static inline int
+pyint_as_i64(const SpFastPaths *fast, PyObject *value, int64_t *out)
+{
+    uint64_t magnitude;
+    int negative;
+    return pyint_magnitude64(fast, value, &magnitude, &negative) != 0 ||
+           pyint_signed64(magnitude, negative, out) != 0;
 }
 
 #endif /* SPANPACK_PYINT_H */

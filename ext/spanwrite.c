@@ -706,8 +706,8 @@ meta_lacks_trace_id_high(SpanWriter *w, PyObject *meta, int *lacks)
 PyObject *
 trace_id_high_hex(uint64_t high)
 {
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)high);
+    char hex[16];
+    hex64_put(hex, high);
     return PyUnicode_FromStringAndSize(hex, 16);
 }
 
