@@ -167,9 +167,10 @@ v04_write_text_probing(SpanWriter *w, PyObject *value, const char *field, PyObje
      * skips the cache: it cannot be in it (the cache holds a reference of
      * its own), a span is usually encoded once, and the probe would load a
      * tag line for nothing (a benchmark that encodes the same spans again
-     * would otherwise fill the cache with them). */
+     * would otherwise fill the cache with them).  So does one held only by
+     * a tags dict made for this read and the span (w->uncached_refs 2). */
     size_t cache_index = STRCACHE_NO_SLOT;
-    if (w->cache != NULL && Py_REFCNT(value) > 1) {
+    if (w->cache != NULL && Py_REFCNT(value) > w->uncached_refs) {
         int cached =
             strcache_write(w->cache, value, w->out, repeats == MAYBE_REPEATED, &cache_index);
         if (cached != 0) {
@@ -385,6 +386,16 @@ v04_time_value(SpanWriter *w, PyObject *value, const char *field, int64_t *out)
     return span_time_clamped(w, value, field, out);
 }
 
+/* Is `map`, field `field` of `v`, a dict made for this read (a getter's or
+ * accessor's new dict that nothing else holds)?  Then w->uncached_refs is 2
+ * while it is written. */
+static inline int
+made_for_this_read(const SpanValues *v, SpanField field, PyObject *map)
+{
+    return map != NULL && Py_REFCNT(map) == 1 &&
+           (!v->borrowed || ((v->owned_mask >> field) & 1u) != 0);
+}
+
 static int
 v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
 {
@@ -492,17 +503,27 @@ v04_write_span(SpanWriter *w, PyObject *span, TraceInfo *info)
         (WRITE_KEY(w, KEY_SPAN_EVENTS) < 0 || v04_write_events(w, v.value[SF_EVENTS]) < 0)) {
         goto done;
     }
-    if (has_meta && v04_write_meta(w, meta, info, add_trace_id_high, events_text) < 0) {
-        goto done;
+    if (has_meta) {
+        w->uncached_refs = made_for_this_read(&v, SF_META, meta) ? 2 : 1;
+        if (v04_write_meta(w, meta, info, add_trace_id_high, events_text) < 0) {
+            goto done;
+        }
     }
-    if (has_meta_struct && v04_write_meta_struct(w, meta_struct) < 0) {
-        goto done;
+    if (has_meta_struct) {
+        w->uncached_refs = 1;
+        if (v04_write_meta_struct(w, meta_struct) < 0) {
+            goto done;
+        }
     }
-    if (has_metrics && v04_write_metrics(w, metrics) < 0) {
-        goto done;
+    if (has_metrics) {
+        w->uncached_refs = made_for_this_read(&v, SF_METRICS, metrics) ? 2 : 1;
+        if (v04_write_metrics(w, metrics) < 0) {
+            goto done;
+        }
     }
     result = 0;
 done:
+    w->uncached_refs = 1;
     Py_XDECREF(events_text);
     span_values_release(w, &v);
     return result;

@@ -119,6 +119,7 @@ writer_init(TraceEncoderObject *self, SpanWriter *w, OutBuf *out, EncodedPart *p
     w->state = self->state;
     w->reader = &self->reader;
     w->cache = self->cache.slots != NULL ? &self->cache : NULL;
+    w->uncached_refs = 1;
     w->value_options.state = self->state;
     w->value_options.use_bin_type = 1;
     w->lenient = self->lenient;

@@ -41,7 +41,14 @@ int default_tags_traverse(const DefaultTags *tags, visitproc visit, void *arg);
 typedef struct SpanWriter {
     SpanpackState *state;
     SpanFieldReader *reader;
-    EncodedStrCache *cache;    /* v0.4 interning; NULL when off */
+    EncodedStrCache *cache; /* v0.4 interning; NULL when off */
+    /* v0.4: a str with at most this many references is not looked up in the
+     * cache (nor remembered by it), which holds one of its own: 1, a str
+     * only its span holds; 2 while the entries of a tags dict made for this
+     * read (an accessor's or getter's new dict, ours alone) are written,
+     * whose strs held by it and by at most the span's own storage are that
+     * span's values (ddtrace's native spans, a property building a dict). */
+    Py_ssize_t uncached_refs;
     PackOptions value_options; /* for meta_struct values */
     int lenient;               /* drop bad tags (counted) instead of raising */
     int native_span_events;    /* v0.4: events as top-level span_events */

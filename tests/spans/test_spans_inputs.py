@@ -1051,6 +1051,50 @@ def test_strings_only_their_span_holds_do_not_enter_the_cache():
     assert shared["hits"] >= without_tags["hits"] + 300
 
 
+class _TagsBuiltPerRead:
+    """A span whose meta and metrics are properties making a new dict at
+    every read (as ddtrace's native spans' accessors do) from tags it keeps."""
+
+    __slots__ = ("trace_id", "span_id", "parent_id", "name", "service", "resource", "start_ns",
+                 "duration_ns", "error", "_meta", "_metrics")
+
+    def __init__(self, span_id, meta, metrics):
+        self.trace_id, self.span_id, self.parent_id = 7, span_id, None
+        self.name, self.service, self.resource = "n", "s", "r"
+        self.start_ns, self.duration_ns, self.error = 1, 2, 0
+        self._meta, self._metrics = meta, metrics
+
+    @property
+    def meta(self):
+        return dict(self._meta)
+
+    @property
+    def metrics(self):
+        return dict(self._metrics)
+
+
+def test_strings_only_a_dict_made_for_the_read_and_its_span_hold_skip_the_cache():
+    """Tags read through a getter that makes a new dict for each read: a str
+    held by that dict and the span's own storage alone is that span's value
+    and cannot be cached, so it is written without a probe (the counters stay
+    as spans without those tags leave them); strings held elsewhere too (keys
+    shared by every span) are still probed, admitted and hit.  The bytes are
+    those of the encoder without a cache."""
+
+    def counters(make_tags, rounds=3):
+        spans = [_TagsBuiltPerRead(i + 1, *make_tags(i)) for i in range(200)]
+        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+        payloads = {encoder.encode_traces([spans]) for _ in range(rounds)}
+        assert payloads == {encode("v0.4", [spans], intern=False)}
+        return encoder._intern_stats()
+
+    without_tags = counters(lambda i: ({}, {}))
+    per_span = counters(lambda i: ({"key-%d" % i: "value-%d" % i}, {"metric-%d" % i: 1.5}))
+    assert per_span == without_tags
+    shared_keys = counters(lambda i: ({"shared.key": "value-%d" % i}, {"shared.metric": 1.5}))
+    assert shared_keys["hits"] >= without_tags["hits"] + 2 * 200 * 3 - 4
+
+
 def test_a_string_is_cached_only_when_it_comes_back_soon():
     """The v0.4 cache admits a string seen again within its reuse window
     (1,024 misses), not one that comes back after many other misses, so a
