@@ -1195,6 +1195,9 @@ write_tags_with_defaults(SpanWriter *w, PyObject *dict, const char *field,
     if (write_dict_entries(w, dict, field, write_own, 0, written) < 0) {
         return -1;
     }
+    /* The defaults come back in every span: the v0.4 cache is for them,
+     * however few references they have (uncached_refs is the span's dict's). */
+    w->uncached_refs = 1;
     for (Py_ssize_t i = 0; i < defaults->count; i++) {
         if (w->default_seen[i]) {
             continue;

@@ -1095,6 +1095,33 @@ def test_strings_only_a_dict_made_for_the_read_and_its_span_hold_skip_the_cache(
     assert shared_keys["hits"] >= without_tags["hits"] + 2 * 200 * 3 - 4
 
 
+def test_default_tags_stay_cached_beside_a_dict_made_for_the_read():
+    """Default tags come back in every span: their values are cached however
+    few references they have, also on spans whose tags dict is made for the
+    read (whose own strs skip the cache): the counters are those of spans
+    whose getter gives the dict they keep."""
+    env, region = "".join(["pr", "od"]), "-".join(["us", "east"])  # made at run time
+    defaults = {"env": env, "region": region}
+    del env, region  # held by `defaults` and the encoder's copy alone
+
+    class KeptTags(_TagsBuiltPerRead):
+        __slots__ = ()
+
+        @property
+        def meta(self):
+            return self._meta
+
+    def counters(span_class):
+        encoder = spanpack.TraceMsgPackEncoder("v0.4", default_meta=defaults)
+        spans = [span_class(i + 1, {"k": "v%d" % i}, {}) for i in range(200)]
+        for _ in range(3):
+            assert encoder.encode_traces([spans]) == encode("v0.4", [spans], intern=False,
+                                                            default_meta=defaults)
+        return encoder._intern_stats()
+
+    assert counters(_TagsBuiltPerRead) == counters(KeptTags)
+
+
 def test_a_string_is_cached_only_when_it_comes_back_soon():
     """The v0.4 cache admits a string seen again within its reuse window
     (1,024 misses), not one that comes back after many other misses, so a
