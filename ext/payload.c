@@ -328,6 +328,63 @@ append_forecast(PayloadBuilder *payload, EncodedPart *part)
     return outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body)) < 0 ? -1 : 1;
 }
 
+/* v0.5, the first trace of a payload that holds only its seed, forecast for
+ * it: every string of the trace's table beyond the seed was new to the
+ * payload and forecast as its own index in that table, so the table (its
+ * entries encoded behind the payload's seed) becomes the payload's, and the
+ * trace's body the payload's body; the payload's empty table and body go to
+ * the part, which part_reset empties before its next trace.  Swapping saves
+ * adding every string to the payload's table again and copying the body
+ * (put()+encode() of one large trace costs what encode_traces() does).  1
+ * when adopted, 0 when the trace is no such first one, -1 on error (nothing
+ * changed). */
+static int
+append_adopting(PayloadBuilder *payload, EncodedPart *part)
+{
+    StringTable *local = &part->strings;
+    const IndexForecast *forecast = &part->forecast;
+    if (payload->trace_count != 0 || payload->seed.count != V05_FIXED_ENTRIES ||
+        payload->table.count != V05_FIXED_ENTRIES ||
+        outbuf_len(&payload->table.encoded) != payload->seed.encoded_len ||
+        payload->header_room != 0 || payload->body.bytes != NULL ||
+        outbuf_len(&payload->body) != 0 || part->body.bytes != NULL ||
+        forecast->base != V05_FIXED_ENTRIES ||
+        forecast->next - forecast->base != local->count - V05_FIXED_ENTRIES) {
+        return 0;
+    }
+    for (uint32_t i = V05_FIXED_ENTRIES; i < local->count; i++) {
+        if (!forecast->entries[i].is_new) {
+            return 0;
+        }
+    }
+    OutBuf *encoded = &local->encoded;
+    outbuf_truncate(encoded, 0);
+    if (outbuf_write(encoded, payload->table.encoded.start, payload->seed.encoded_len) < 0) {
+        goto error;
+    }
+    for (uint32_t i = V05_FIXED_ENTRIES; i < local->count; i++) {
+        if (payload_encode_table_entry(NULL, local->strings[i], encoded) < 0) {
+            goto error;
+        }
+    }
+    /* The table the part gets lends, as the part's own did (put()'s parts
+     * pass their references to the payload); the one the payload gets keeps
+     * its (all clear) lent flags, which release every entry as its own. */
+    if (strtable_use_lending(&payload->table) < 0) {
+        goto error;
+    }
+    StringTable table = payload->table;
+    payload->table = *local;
+    *local = table;
+    OutBuf body = payload->body;
+    payload->body = part->body;
+    part->body = body;
+    return 1;
+error:
+    outbuf_truncate(encoded, 0);
+    return -1;
+}
+
 /* v0.5: copy the body between holes, writing each hole's payload index. */
 static int
 append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
@@ -581,7 +638,10 @@ payload_append(PayloadBuilder *payload, EncodedPart *part)
         result = 0;
         if (part->forecast.payload_id != 0 && part->forecast.payload_id == payload->id &&
             part->forecast.base == payload->table.count) {
-            result = append_forecast(payload, part);
+            result = append_adopting(payload, part);
+            if (result == 0) {
+                result = append_forecast(payload, part);
+            }
         }
         if (result == 0) {
             result = append_rewriting(payload, part);

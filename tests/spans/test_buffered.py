@@ -183,6 +183,39 @@ def test_put_encode_matches_one_shot(version, count):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_first_trace_of_every_payload_cycle_matches_one_shot(version):
+    """v0.5 put() of the first trace into an empty buffer makes that trace's
+    own string table and body the payload's (no copy); the table and body it
+    gives the encoder back serve the next traces.  Cycles of put() and
+    encode() with first traces of every size (a failed one before, traces
+    after it, a payload split after it) give the one-shot bytes each time,
+    and the strings of earlier cycles stay out of later payloads."""
+    firsts = [make_trace(100 + cycle, spans=spans, tag="c%d" % cycle)
+              for cycle, spans in enumerate([40, 1, 25, 3, 40, 2])]
+    e = enc(version, max_payload_size=max(len(one_shot(version, [t])) for t in firsts) + 64)
+    splits = 0
+    for cycle, first in enumerate(firsts):
+        with pytest.raises(TypeError):
+            e.put([make_span(5, 1, meta={"k": 1})])  # refused before anything is joined
+        e.put(first)
+        assert e.size == len(one_shot(version, [first]))
+        after = [make_trace(200 + 10 * cycle + k, spans=2) for k in range(cycle % 3)]
+        for trace in after:
+            e.put(trace)
+        payloads = e.encode()
+        joined = [first] + after
+        if len(payloads) == 1:
+            assert payloads == [(one_shot(version, joined), len(joined))]
+        else:  # the first trace filled a payload of its own
+            assert payloads == [(one_shot(version, [first]), 1), (one_shot(version, after), len(after))]
+            splits += 1
+        if version == "v0.5":
+            table = unpack(payloads[0][0])[0]
+            assert not any(text.endswith("c%d" % (cycle - 1)) for text in table if cycle)
+    assert splits >= 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_size_is_len_of_encode_at_every_step(version):
     """One encoder, many put/encode cycles: before each encode() the size is
     the real length of what it returns."""
