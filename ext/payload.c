@@ -78,6 +78,9 @@ part_reset(EncodedPart *part)
     part->holes.count = 0;
     if (part->strings.strings != NULL) {
         strtable_rollback(&part->strings, V05_FIXED_ENTRIES, 0);
+        /* A table that was a payload's (append_adopting) still holds its
+         * seed's encoded entries: a part's table never reads them. */
+        outbuf_truncate(&part->strings.encoded, 0);
     }
     part->forecast.payload = NULL;
     part->forecast.payload_id = 0;
@@ -104,14 +107,22 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
                     part->strings.capacity > (uint64_t)keep / STRTABLE_MAX_ENTRY_BYTES;
     int big_holes = part->holes.capacity > keep / (Py_ssize_t)sizeof(StringHole);
     int big_forecast = part->forecast.capacity > keep / sizeof(ForecastEntry);
+    /* append_adopting encodes a trace's entries into its table, and gives
+     * the part a payload's table, with that payload's encoded capacity. */
+    int big_encoded =
+        part->strings.strings != NULL && outbuf_capacity(&part->strings.encoded) > keep;
     /* Emptied now, not at the next put(): the strings of this trace already
      * in the payload are still the table's, and an idle encoder must not
      * keep them alive (up to keep/26 of them). */
     part_reset(part);
-    if (outbuf_capacity(&part->body) <= keep && !big_table && !big_holes && !big_forecast) {
+    if (outbuf_capacity(&part->body) <= keep && !big_table && !big_holes && !big_forecast &&
+        !big_encoded) {
         return;
     }
     outbuf_shrink_capacity(&part->body, keep);
+    if (big_encoded) {
+        outbuf_shrink_capacity(&part->strings.encoded, keep);
+    }
     if (big_holes) {
         holes_free(&part->holes);
     }
@@ -152,6 +163,8 @@ part_free(EncodedPart *part)
 /* Tables up to this many entries are kept for the next payload (a bigger
  * one came from an unusual payload: the next starts small again). */
 #define SPARE_TABLE_MAX_CAPACITY 4096
+/* ... and up to this many bytes of encoded entries (long strings). */
+#define SPARE_TABLE_MAX_ENCODED (1 << 20)
 
 /* The payload with its body and no table. */
 static int
@@ -229,7 +242,8 @@ payload_spare_table(PayloadBuilder *payload, SpareTable *spare)
 {
     StringTable *table = &payload->table;
     if (spare->table.strings != NULL || table->strings == NULL || payload->seed.count == 0 ||
-        table->capacity > SPARE_TABLE_MAX_CAPACITY) {
+        table->capacity > SPARE_TABLE_MAX_CAPACITY ||
+        outbuf_capacity(&table->encoded) > SPARE_TABLE_MAX_ENCODED) {
         return 0;
     }
     /* Drops the payload's strings: a str's dealloc runs no Python code. */
