@@ -302,6 +302,12 @@ spanfields_init(SpanFieldReader *reader, PyObject *fields, PyObject *field_warni
         Py_SETREF(reader->attribute[index], attribute);
         reader->mapped |= 1u << index;
     }
+    int same =
+        PyObject_RichCompareBool(reader->attribute[SF_META], reader->attribute[SF_METRICS], Py_EQ);
+    if (same < 0) {
+        goto error;
+    }
+    reader->tags_one_attribute = same;
     return 0;
 error:
     spanfields_clear(reader);

@@ -210,6 +210,9 @@ typedef struct {
     int ddtrace_context_origin_in_meta;
     /* fields="ddtrace" was given (every class is read with ddtrace's names). */
     int ddtrace_fields;
+    /* fields= names one attribute for meta and metrics: a mixed tags
+     * mapping, which a getter may build anew at each of the two reads. */
+    int tags_one_attribute;
     /* No fields= was given: ddtrace's own Span class (and its subclasses) is
      * recognised and read with ddtrace's names, `ddtrace_attribute` (the
      * form of `attribute`), found by module and name when a class is first

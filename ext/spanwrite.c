@@ -520,6 +520,13 @@ span_count_mixed_tags(SpanWriter *w, PyObject *mixed)
     w->mixed_count[MIXED_METRICS] = counts[1];
 }
 
+void
+span_tags_one_mapping(SpanValues *v)
+{
+    spanvalues_own(v);
+    Py_SETREF(v->value[SF_METRICS], Py_NewRef(v->value[SF_META]));
+}
+
 int
 span_object_options(SpanWriter *w, PyObject *span, SpanValues *v)
 {

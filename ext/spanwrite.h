@@ -416,6 +416,12 @@ int span_object_options(SpanWriter *w, PyObject *span, SpanValues *v);
  * made.  Runs no Python code. */
 void span_count_mixed_tags(SpanWriter *w, PyObject *mixed);
 
+/* fields= names one attribute for meta and metrics, and its two reads gave
+ * two objects (a getter building the mapping at each read): the first read
+ * is the span's mixed tags mapping for both (`v` owned first: dropping the
+ * second may run Python code). */
+void span_tags_one_mapping(SpanValues *v);
+
 /* The per-span fields, borrowed when that is safe (see SpanValues). */
 static inline int
 span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValues *v)
@@ -430,6 +436,10 @@ span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValue
     w->values = v;
     w->mixed_tags = NULL;
     PyObject *meta = v->value[SF_META];
+    if (SP_UNLIKELY(w->reader->tags_one_attribute) && meta != NULL && meta != Py_None &&
+        v->value[SF_METRICS] != NULL && v->value[SF_METRICS] != meta) {
+        span_tags_one_mapping(v);
+    }
     if (SP_UNLIKELY(meta == v->value[SF_METRICS] && meta != NULL && meta != Py_None)) {
         span_count_mixed_tags(w, meta);
     }

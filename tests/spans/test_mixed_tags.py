@@ -95,6 +95,16 @@ for _name in BASE_FIELDS + ("tags",):
     setattr(PropertySpan, _name, property(lambda self, _name=_name: self._values[_name]))
 
 
+class BuiltTagsSpan(PropertySpan):
+    """Tags a property builds anew at every read (a copy of what the span
+    keeps): read for meta and for metrics, two dicts, one mapping."""
+
+    @property
+    def tags(self):
+        kept = self._values["tags"]
+        return None if kept is None else dict(kept)
+
+
 def make_span(form: str, tags: Any, **fields: Any) -> Any:
     """A span of `form` whose meta and metrics are the one mapping `tags`."""
     if form == "dict":
@@ -102,10 +112,11 @@ def make_span(form: str, tags: Any, **fields: Any) -> Any:
     if form == "dataclass":
         values = {name: value for name, value in good_span(**fields).items() if name in BASE_FIELDS}
         return DataclassSpan(tags=tags, **values)
-    return {"slots": SlotsSpan, "plain": PlainSpan, "property": PropertySpan}[form](tags, **fields)
+    return {"slots": SlotsSpan, "plain": PlainSpan, "property": PropertySpan,
+            "built": BuiltTagsSpan}[form](tags, **fields)
 
 
-FORMS = ("slots", "plain", "dataclass", "property", "dict")
+FORMS = ("slots", "plain", "dataclass", "property", "built", "dict")
 
 
 def split(tags: Dict[str, Any]):
