@@ -46,20 +46,30 @@ intern_names(SpanpackState *state)
 /* The wire constants (wire.h) and the span field names as module constants,
  * for the Python side to import instead of restating them.  Added before
  * spanpack._extras is imported, which imports some of them. */
+PyObject *
+interned_tuple(const char *const *texts, Py_ssize_t count)
+{
+    PyObject *names = PyTuple_New(count);
+    if (names == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyUnicode_InternFromString(texts[i]);
+        if (name == NULL) {
+            Py_DECREF(names);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    return names;
+}
+
 static int
 add_constants(PyObject *module)
 {
-    PyObject *names = PyTuple_New(SF_COUNT);
+    PyObject *names = interned_tuple(span_field_names, SF_COUNT);
     if (names == NULL) {
         return -1;
-    }
-    for (int i = 0; i < SF_COUNT; i++) {
-        PyObject *name = PyUnicode_InternFromString(span_field_names[i]);
-        if (name == NULL) {
-            Py_DECREF(names);
-            return -1;
-        }
-        PyTuple_SET_ITEM(names, i, name);
     }
     int result = PyModule_AddObjectRef(module, "SPAN_FIELDS", names);
     Py_DECREF(names);

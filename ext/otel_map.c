@@ -165,27 +165,18 @@ static const char *const otel_name_texts[OTEL_NAME_COUNT] = {
 int
 otel_map_module_init(SpanpackState *state)
 {
-    PyObject *names = PyTuple_New(OTEL_NAME_COUNT);
-    if (names == NULL) {
+    if ((state->otel_names = interned_tuple(otel_name_texts, OTEL_NAME_COUNT)) == NULL) {
         return -1;
     }
-    for (Py_ssize_t i = 0; i < OTEL_NAME_COUNT; i++) {
-        PyObject *name = PyUnicode_InternFromString(otel_name_texts[i]);
-        if (name == NULL) {
-            Py_DECREF(names);
-            return -1;
-        }
-        PyTuple_SET_ITEM(names, i, name);
-    }
-    state->otel_names = names;
     if ((state->otel_rule_index = PyDict_New()) == NULL) {
         return -1;
     }
     for (int i = 0; i < RULE_COUNT; i++) {
         PyObject *index = PyLong_FromLong(i);
-        int rc = index == NULL ? -1
-                               : PyDict_SetItem(state->otel_rule_index,
-                                                PyTuple_GET_ITEM(names, RULE_FIRST + i), index);
+        int rc = index == NULL
+                     ? -1
+                     : PyDict_SetItem(state->otel_rule_index,
+                                      PyTuple_GET_ITEM(state->otel_names, RULE_FIRST + i), index);
         Py_XDECREF(index);
         if (rc < 0) {
             return -1;
@@ -705,27 +696,26 @@ resource_name(OtelMapper *m, PyObject *res, PyObject *attrs, int kind, PyObject 
         return joined_or_first(found, resource_then_span(m, res, attrs, route_names, 1));
     }
     Py_DECREF(found);
-    if ((found = resource_then_span(m, res, attrs, operation_names, 2)) == NULL) {
-        return NULL;
+    /* Messaging, RPC, GraphQL: the first found, followed by its second. */
+    static const struct {
+        const int *first, *second;
+        int first_count, second_count;
+    } joined[] = {
+        {operation_names, destination_names, 2, 2},
+        {rpc_method_names, rpc_service_names, 1, 1},
+        {graphql_type_names, graphql_name_names, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof joined / sizeof joined[0]; i++) {
+        found = resource_then_span(m, res, attrs, joined[i].first, joined[i].first_count);
+        if (found == NULL) {
+            return NULL;
+        }
+        if (!is_empty_text(found)) {
+            return joined_or_first(
+                found, resource_then_span(m, res, attrs, joined[i].second, joined[i].second_count));
+        }
+        Py_DECREF(found);
     }
-    if (!is_empty_text(found)) {
-        return joined_or_first(found, resource_then_span(m, res, attrs, destination_names, 2));
-    }
-    Py_DECREF(found);
-    if ((found = resource_then_span(m, res, attrs, rpc_method_names, 1)) == NULL) {
-        return NULL;
-    }
-    if (!is_empty_text(found)) {
-        return joined_or_first(found, resource_then_span(m, res, attrs, rpc_service_names, 1));
-    }
-    Py_DECREF(found);
-    if ((found = resource_then_span(m, res, attrs, graphql_type_names, 1)) == NULL) {
-        return NULL;
-    }
-    if (!is_empty_text(found)) {
-        return joined_or_first(found, resource_then_span(m, res, attrs, graphql_name_names, 1));
-    }
-    Py_DECREF(found);
     if ((found = resource_then_span(m, res, attrs, db_names, 2)) == NULL) {
         return NULL;
     }

@@ -107,6 +107,10 @@ spanpack_state_from_module(PyObject *module)
     return (SpanpackState *)PyModule_GetState(module);
 }
 
+/* A tuple of `count` interned str made from `texts` (new reference; NULL
+ * with an exception set): names module exec makes once. */
+PyObject *interned_tuple(const char *const *texts, Py_ssize_t count);
+
 /* Called from module exec to create the C types. */
 int packer_module_init(PyObject *module, SpanpackState *state);
 int trace_encoder_module_init(PyObject *module, SpanpackState *state);
