@@ -12,6 +12,7 @@
  * resource or scope object and given here through the plan tuple. */
 #include "otel_map.h"
 
+#include "pyinstance.h"
 #include "state.h"
 
 #include <math.h>
@@ -209,6 +210,21 @@ enum {
 /* A resource's values, as _ResourceValues.as_tuple() gives them. */
 enum { RES_SERVICE, RES_VERSION, RES_ENV, RES_FIRST, RES_META, RES_METRICS, RES_SIZE };
 
+/* Where the instances of one class keep fields read here, found once per
+ * class (and again when it changes): each name's position in their values
+ * array (pyinstance.h), or -1 where the generic lookup must answer (a data
+ * descriptor of that name, which wins over the instance; no values array
+ * proven in place on this interpreter).  An instance's own value at its
+ * position is what the attribute lookup finds; without one, the lookup
+ * answers (a class attribute, or AttributeError). */
+#define INPLACE_MAX_FIELDS 12
+typedef struct {
+    PyTypeObject *type;       /* held; NULL: none yet */
+    unsigned int version_tag; /* the class's when found (0: its tag was not valid) */
+    const SpDictKeys *keys;   /* NULL: every field read generically */
+    Py_ssize_t position[INPLACE_MAX_FIELDS];
+} InPlaceFields;
+
 typedef struct {
     PyObject *names;      /* borrowed: the module's name tuple */
     PyObject *rule_index; /* borrowed: rule attribute name -> index */
@@ -229,6 +245,13 @@ typedef struct {
      * made again when either values_for answer changes (values_made counts). */
     PyObject *base_meta;
     unsigned long values_made, base_made;
+    /* Where the span's, its status's and its attributes' classes keep the
+     * fields read (InPlaceFields). */
+    const SpFastPaths *fast_paths;
+    InPlaceFields span_fields, status_fields, attributes_fields, list_fields;
+    /* lowered_format's last answer (both held) and its format. */
+    PyObject *lowered_text, *lowered;
+    const char *lowered_format;
 } OtelMapper;
 
 #define NAME(m, member) PyTuple_GET_ITEM((m)->names, member)
@@ -237,6 +260,12 @@ typedef struct {
 static void
 mapper_clear(OtelMapper *m)
 {
+    Py_CLEAR(m->span_fields.type);
+    Py_CLEAR(m->status_fields.type);
+    Py_CLEAR(m->attributes_fields.type);
+    Py_CLEAR(m->list_fields.type);
+    Py_CLEAR(m->lowered_text);
+    Py_CLEAR(m->lowered);
     Py_CLEAR(m->last_type);
     Py_CLEAR(m->last_resource);
     Py_CLEAR(m->resource_values);
@@ -472,16 +501,26 @@ resource_then_span(OtelMapper *m, PyObject *res, PyObject *attrs, const int *nam
     return Py_NewRef(NAME(m, V_EMPTY));
 }
 
-/* text.lower() + suffix, or prefix + text.lower() + suffix (new reference). */
+/* text.lower() + suffix, or prefix + text.lower() + suffix (new reference).
+ * The last answer is kept for an exact str: a batch's spans mostly name the
+ * same system (the same str object) for the same rule. */
 static PyObject *
 lowered_format(OtelMapper *m, const char *format, PyObject *text)
 {
+    if (text == m->lowered_text && format == m->lowered_format) {
+        return Py_NewRef(m->lowered);
+    }
     PyObject *lower = PyObject_CallMethodNoArgs(text, NAME(m, A_LOWER));
     if (lower == NULL) {
         return NULL;
     }
     PyObject *result = PyUnicode_FromFormat(format, lower);
     Py_DECREF(lower);
+    if (result != NULL && PyUnicode_CheckExact(text)) {
+        Py_XSETREF(m->lowered_text, Py_NewRef(text));
+        Py_XSETREF(m->lowered, Py_NewRef(result));
+        m->lowered_format = format;
+    }
     return result;
 }
 
@@ -954,13 +993,94 @@ values_for(OtelMapper *m, PyObject *object, PyObject **last, PyObject **values, 
     return made;
 }
 
+/* Find where `type` keeps the `count` fields named by `name_ids` (see
+ * InPlaceFields). */
+static void
+inplace_find(OtelMapper *m, InPlaceFields *where, PyTypeObject *type, const int *name_ids,
+             int count)
+{
+    Py_XSETREF(where->type, (PyTypeObject *)Py_NewRef((PyObject *)type));
+    where->keys = NULL;
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    const SpDictKeys *keys = pyinstance_shared_keys(m->fast_paths, type);
+    for (int i = 0; keys != NULL && i < count; i++) {
+        PyObject *name = NAME(m, name_ids[i]);
+        /* (_PyType_Lookup never raises; its answer is borrowed, only looked at.) */
+        PyObject *found = _PyType_Lookup(type, name);
+        where->position[i] = found != NULL && Py_TYPE(found)->tp_descr_set != NULL
+                                 ? -1
+                                 : pyinstance_position(keys, name);
+    }
+    /* (The lookups give the class a valid tag if it had none.) */
+    where->version_tag = sp_type_version_tag(type);
+    if (where->version_tag != 0 && type->tp_getattro == PyObject_GenericGetAttr) {
+        where->keys = keys;
+    }
+#else
+    (void)m;
+    (void)name_ids;
+    (void)count;
+    where->version_tag = sp_type_version_tag(type);
+#endif
+}
+
+/* `obj`'s values array (its capacity in *capacity), the class found first
+ * when `where` knows another or the class changed since; NULL when the
+ * fields are read generically. */
+static PyObject *const *
+inplace_values(OtelMapper *m, InPlaceFields *where, PyObject *obj, const int *name_ids, int count,
+               Py_ssize_t *capacity)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    unsigned int tag = sp_type_version_tag(type);
+    if (type != where->type || tag == 0 || tag != where->version_tag) {
+        inplace_find(m, where, type, name_ids, count);
+    }
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    if (where->keys != NULL && where->keys == pyinstance_shared_keys(m->fast_paths, type)) {
+        return pyinstance_values(obj, where->keys, capacity);
+    }
+#else
+    (void)capacity;
+#endif
+    return NULL;
+}
+
+/* The `count` fields of `obj` named by `name_ids`, as new references in
+ * `out`: read in place where its values array holds them, else by the
+ * generic lookup, after which the array is found again (the lookup may run
+ * code that moves it).  0, or -1 with an error (AttributeError for a field
+ * it lacks), the fields read before it left in `out` for the caller. */
+static int
+inplace_read(OtelMapper *m, InPlaceFields *where, PyObject *obj, const int *name_ids, int count,
+             PyObject **out)
+{
+    Py_ssize_t capacity = 0;
+    PyObject *const *values = inplace_values(m, where, obj, name_ids, count, &capacity);
+    for (int i = 0; i < count; i++) {
+        Py_ssize_t position = values != NULL ? where->position[i] : -1;
+        PyObject *own = position >= 0 && position < capacity ? values[position] : NULL;
+        if (own != NULL) {
+            out[i] = Py_NewRef(own);
+            continue;
+        }
+        if ((out[i] = PyObject_GetAttr(obj, NAME(m, name_ids[i]))) == NULL) {
+            return -1;
+        }
+        values = inplace_values(m, where, obj, name_ids, count, &capacity);
+    }
+    return 0;
+}
+
 /* A span's events or links as a sequence (new reference: the SDK's
  * BoundedList by the deque it keeps), None kept as None; NULL on error. */
 static PyObject *
 list_items(OtelMapper *m, PyObject *list)
 {
     if ((PyObject *)Py_TYPE(list) == PLAN(m, PLAN_BOUNDED_LIST)) {
-        return PyObject_GetAttr(list, NAME(m, A_DQ));
+        static const int deque_name[] = {A_DQ};
+        PyObject *items;
+        return inplace_read(m, &m->list_fields, list, deque_name, 1, &items) < 0 ? NULL : items;
     }
     return Py_NewRef(list);
 }
@@ -1087,6 +1207,9 @@ typedef struct {
 static const int sdk_field_names[] = {A_CONTEXT,  A_ATTRIBUTES, A_EVENTS, A_LINKS,
                                       A_RESOURCE, A_SCOPE,      A_KIND,   A_STATUS,
                                       A_PARENT,   A_NAME,       A_START,  A_END};
+#define SDK_FIELD_COUNT ((int)(sizeof(sdk_field_names) / sizeof(sdk_field_names[0])))
+_Static_assert(sizeof(sdk_field_names) / sizeof(sdk_field_names[0]) <= INPLACE_MAX_FIELDS,
+               "InPlaceFields holds every field of a span");
 
 static void
 sdk_fields_clear(SdkFields *f)
@@ -1101,15 +1224,15 @@ sdk_fields_clear(SdkFields *f)
 static int
 sdk_fields_read(OtelMapper *m, PyObject *span, SdkFields *f)
 {
+    static const int dict_name[] = {A_DICT};
+    static const int status_names[] = {A_STATUS_CODE, A_DESCRIPTION};
     PyObject **all = (PyObject **)f;
-    for (size_t i = 0; i < sizeof(sdk_field_names) / sizeof(sdk_field_names[0]); i++) {
-        if ((all[i] = PyObject_GetAttr(span, NAME(m, sdk_field_names[i]))) == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-                return -1;
-            }
-            PyErr_Clear();
-            return 0;
+    if (inplace_read(m, &m->span_fields, span, sdk_field_names, SDK_FIELD_COUNT, all) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
         }
+        PyErr_Clear();
+        return 0;
     }
     if (f->attributes == Py_None) {
         Py_SETREF(f->attributes, PyDict_New());
@@ -1118,7 +1241,9 @@ sdk_fields_read(OtelMapper *m, PyObject *span, SdkFields *f)
         }
     }
     else if ((PyObject *)Py_TYPE(f->attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
-        Py_SETREF(f->attributes, PyObject_GetAttr(f->attributes, NAME(m, A_DICT)));
+        PyObject *dict;
+        int rc = inplace_read(m, &m->attributes_fields, f->attributes, dict_name, 1, &dict);
+        Py_SETREF(f->attributes, rc < 0 ? NULL : dict);
         if (f->attributes == NULL) {
             return -1;
         }
@@ -1126,8 +1251,11 @@ sdk_fields_read(OtelMapper *m, PyObject *span, SdkFields *f)
     if (!PyDict_Check(f->attributes)) {
         return 0;
     }
-    if ((f->status_code = PyObject_GetAttr(f->status, NAME(m, A_STATUS_CODE))) == NULL ||
-        (f->description = PyObject_GetAttr(f->status, NAME(m, A_DESCRIPTION))) == NULL) {
+    PyObject *status[2] = {NULL, NULL};
+    int status_read = inplace_read(m, &m->status_fields, f->status, status_names, 2, status);
+    f->status_code = status[0];
+    f->description = status[1];
+    if (status_read < 0) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
             return -1;
         }
@@ -1678,7 +1806,10 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     SpanpackState *state = spanpack_state_from_module(module);
-    OtelMapper m = {.names = state->otel_names, .rule_index = state->otel_rule_index, .plan = plan};
+    OtelMapper m = {.names = state->otel_names,
+                    .rule_index = state->otel_rule_index,
+                    .plan = plan,
+                    .fast_paths = &state->fast_paths};
     Py_ssize_t count = PySequence_Fast_GET_SIZE(spans);
     PyObject *out = PyList_New(count);
     if (out == NULL || (m.span_template = span_template_new(m.names)) == NULL) {

@@ -168,3 +168,95 @@ def test_a_bad_plan_is_refused():
         _otel_map_spans([], ())
     with pytest.raises(TypeError):
         _otel_map_spans(5, otel._C_PLAN_PARTS)
+
+
+# -- fields read in place (the SDK objects' values arrays), and where they are not
+
+
+def _sdk_batch(lowered_system: str = "PostgreSQL") -> List[Any]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("lib", "2")
+    for n in range(3):
+        with tracer.start_as_current_span("q%d" % n, kind=SpanKind.CLIENT,
+                                          attributes={"db.system": lowered_system, "n": n}) as span:
+            span.add_event("e%d" % n, {"k": n})
+            span.set_status(Status(StatusCode.ERROR, "d%d" % n))
+    provider.shutdown()
+    return list(memory.get_finished_spans())
+
+
+def test_spans_whose_dict_was_asked_for_map_alike():
+    """An instance whose __dict__ was materialised (its values no longer in
+    the array the class's others use), or grew attributes of its own, maps as
+    its untouched siblings do."""
+    spans = _sdk_batch()
+    vars(spans[0])  # the __dict__ made
+    spans[1].extra = "x"  # one attribute more
+    vars(spans[2]._status)
+    vars(spans[2]._attributes)
+    vars(spans[2]._events)
+    _both(spans)
+    names = [span["name"] for span in otel._map_in_c(spans, otel._BatchCache())]
+    assert names == ["postgresql.query"] * 3
+
+
+def test_a_field_moved_to_a_descriptor_is_read_through_it():
+    """A subclass that keeps a field the SDK keeps in the instance behind a
+    data descriptor of the same name (which wins over the instance) is read
+    through it; one that deleted a field is mapped by the Python rules."""
+
+    class Renaming(ReadableSpan):
+        @property
+        def _name(self):
+            return "from-descriptor"
+
+        @_name.setter
+        def _name(self, value):
+            self.__dict__["_name"] = value  # shadowed: the descriptor wins
+
+    context = make_span(trace_id=1, span_id=2, name="n").context
+    renamed = Renaming(name="n", context=context, resource=Resource({}), attributes={})
+    lacking = ReadableSpan(name="gone", context=context, resource=Resource({}), attributes={})
+    del lacking._events
+    mapped = otel._map_in_c([renamed, lacking], otel._BatchCache())
+    assert mapped[0]["resource"] == "from-descriptor"
+    assert mapped[1] is None
+    _both([renamed])
+
+
+def test_a_class_changed_during_a_batch_is_found_again(monkeypatch):
+    """The class's layout is found again when the class changes (its version
+    tag) in the middle of a batch, here by the events converter run for the
+    first span: a data descriptor added then wins for the spans after it."""
+
+    class Changing(ReadableSpan):
+        pass
+
+    def changing_events(events):
+        Changing._name = property(lambda self: "descriptor")
+        return otel._events(events)
+
+    monkeypatch.setattr(otel, "_C_PLAN_PARTS", otel._C_PLAN_PARTS[:-1] + (changing_events,))
+    plain = make_span(trace_id=1, span_id=2, name="n", events=[("e", 1, [])])
+    first, second = (Changing(name="span-%d" % n, context=plain.context, resource=Resource({}), attributes={},
+                              events=plain.events) for n in range(2))
+    mapped = otel._map_in_c([first, second], otel._BatchCache())
+    assert [span["resource"] for span in mapped] == ["span-0", "descriptor"]
+
+
+def test_the_lowered_system_is_the_spans_own():
+    """The operation name made from a system's lowered text is each span's own
+    (the last one kept for the next span is only used for the same exact str;
+    a str subclass's own lower() is called for every span)."""
+    spans = _sdk_batch("PostgreSQL") + _sdk_batch("MySQL")
+
+    class Loud(str):
+        def lower(self):
+            return "loud"
+
+    spans += _sdk_batch(Loud("Redis"))
+    _both(spans)
+    names = [span["name"] for span in otel._map_in_c(spans, otel._BatchCache())]
+    assert names == ["postgresql.query"] * 3 + ["mysql.query"] * 3 + ["loud.query"] * 3
