@@ -248,14 +248,20 @@ flatten_link_attribute(PyObject *flat, PyObject *key, PyObject *value, int depth
 /* An exact int in [0, 2**bits) (`bits` 64 or 128) as bits / 4 lowercase hex
  * digits, as "{:016x}" and "{:032x}" write it. */
 static int
-link_id_hex(PyObject *value, int bits, PyObject **hex)
+link_id_hex(const SpFastPaths *fast_paths, PyObject *value, int bits, PyObject **hex)
 {
     uint64_t high = 0, low;
     int negative;
     if (!PyLong_CheckExact(value)) {
         return WRITE_DECLINED;
     }
-    if (pyint_magnitude64_api(value, &low, &negative) == 0) {
+    int wide = pyint_as_u128(fast_paths, value, &high, &low);
+    if (wide >= 0) {
+        if (wide > 0 || (bits == 64 && high != 0)) {
+            return WRITE_DECLINED; /* negative, or wider than the id */
+        }
+    }
+    else if (pyint_magnitude64_api(value, &low, &negative) == 0) {
         if (negative && low != 0) {
             return WRITE_DECLINED;
         }
@@ -324,13 +330,13 @@ link_fields_made(SpanWriter *w, PyObject *link, PyObject **fields)
     if (made == NULL) {
         goto done;
     }
-    int found = link_id_hex(trace_id, 128, &text);
+    int found = link_id_hex(&state->fast_paths, trace_id, 128, &text);
     if (found != WRITE_DONE || PyDict_SetItem(made, state->str_trace_id, text) < 0) {
         result = found == WRITE_DONE ? WRITE_ERROR : found;
         goto done;
     }
     Py_CLEAR(text);
-    found = link_id_hex(span_id, 64, &text);
+    found = link_id_hex(&state->fast_paths, span_id, 64, &text);
     if (found != WRITE_DONE || PyDict_SetItem(made, state->str_span_id, text) < 0) {
         result = found == WRITE_DONE ? WRITE_ERROR : found;
         goto done;

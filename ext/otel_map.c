@@ -13,6 +13,7 @@
 #include "otel_map.h"
 
 #include "pyinstance.h"
+#include "pyint.h"
 #include "state.h"
 
 #include <math.h>
@@ -40,6 +41,12 @@
     X(A_LOWER, "lower")                                                                            \
     X(A_EVENT_NAME, "name")                                                                        \
     X(A_EVENT_ATTRIBUTES, "attributes")                                                            \
+    X(A_EVENT_TIMESTAMP, "timestamp")                                                              \
+    X(A_LINK_CONTEXT, "context")                                                                   \
+    /* The keys of a link and an event as spanpack.otel makes them. */                             \
+    X(L_TRACESTATE, "tracestate")                                                                  \
+    X(L_FLAGS, "flags")                                                                            \
+    X(E_TIME_UNIX_NANO, "time_unix_nano")                                                          \
     X(A_GET, "get")                                                                                \
     X(EXCEPTION_MESSAGE, "exception.message")                                                      \
     X(EXCEPTION_TYPE, "exception.type")                                                            \
@@ -221,7 +228,9 @@ enum { RES_SERVICE, RES_VERSION, RES_ENV, RES_FIRST, RES_META, RES_METRICS, RES_
 typedef struct {
     PyTypeObject *type;       /* held; NULL: none yet */
     unsigned int version_tag; /* the class's when found (0: its tag was not valid) */
-    const SpDictKeys *keys;   /* NULL: every field read generically */
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    const SpDictKeys *keys; /* NULL: every field read generically */
+#endif
     Py_ssize_t position[INPLACE_MAX_FIELDS];
 } InPlaceFields;
 
@@ -249,6 +258,10 @@ typedef struct {
      * fields read (InPlaceFields). */
     const SpFastPaths *fast_paths;
     InPlaceFields span_fields, status_fields, attributes_fields, list_fields;
+    /* A link's trace state and its header (both held), the last one's. */
+    PyObject *last_link_trace_state, *link_trace_state_header;
+    /* The int 0, held. */
+    PyObject *zero;
     /* lowered_format's last answer (both held) and its format. */
     PyObject *lowered_text, *lowered;
     const char *lowered_format;
@@ -265,6 +278,9 @@ mapper_clear(OtelMapper *m)
     Py_CLEAR(m->attributes_fields.type);
     Py_CLEAR(m->list_fields.type);
     Py_CLEAR(m->lowered_text);
+    Py_CLEAR(m->last_link_trace_state);
+    Py_CLEAR(m->link_trace_state_header);
+    Py_CLEAR(m->zero);
     Py_CLEAR(m->lowered);
     Py_CLEAR(m->last_type);
     Py_CLEAR(m->last_resource);
@@ -1000,20 +1016,33 @@ inplace_find(OtelMapper *m, InPlaceFields *where, PyTypeObject *type, const int 
              int count)
 {
     Py_XSETREF(where->type, (PyTypeObject *)Py_NewRef((PyObject *)type));
-    where->keys = NULL;
 #ifdef SP_INSTANCE_VALUES_IN_PLACE
+    where->keys = NULL;
     const SpDictKeys *keys = pyinstance_shared_keys(m->fast_paths, type);
+    unsigned int first_tag = 0;
     for (int i = 0; keys != NULL && i < count; i++) {
         PyObject *name = NAME(m, name_ids[i]);
-        /* (_PyType_Lookup never raises; its answer is borrowed, only looked at.) */
+        /* (_PyType_Lookup never raises; its answer is borrowed, only looked
+         * at.  It may run Python code, a key's __eq__ in a class __dict__,
+         * which may change the class: its tag is taken after the first
+         * lookup, which gives the class one, and compared after the last.) */
         PyObject *found = _PyType_Lookup(type, name);
-        where->position[i] = found != NULL && Py_TYPE(found)->tp_descr_set != NULL
-                                 ? -1
-                                 : pyinstance_position(keys, name);
+        if (i == 0) {
+            first_tag = sp_type_version_tag(type);
+        }
+        /* A data descriptor wins over the instance; so may an object whose
+         * class can still gain __get__ / __set__ (a heap class not
+         * immutable: that changes no tag of `type`).  Only an object of an
+         * immutable class without __set__ leaves the instance's value first. */
+        where->position[i] =
+            found != NULL && (Py_TYPE(found)->tp_descr_set != NULL ||
+                              !(Py_TYPE(found)->tp_flags & Py_TPFLAGS_IMMUTABLETYPE))
+                ? -1
+                : pyinstance_position(keys, name);
     }
-    /* (The lookups give the class a valid tag if it had none.) */
     where->version_tag = sp_type_version_tag(type);
-    if (where->version_tag != 0 && type->tp_getattro == PyObject_GenericGetAttr) {
+    if (where->version_tag != 0 && where->version_tag == first_tag &&
+        type->tp_getattro == PyObject_GenericGetAttr) {
         where->keys = keys;
     }
 #else
@@ -1037,7 +1066,9 @@ inplace_values(OtelMapper *m, InPlaceFields *where, PyObject *obj, const int *na
         inplace_find(m, where, type, name_ids, count);
     }
 #ifdef SP_INSTANCE_VALUES_IN_PLACE
-    if (where->keys != NULL && where->keys == pyinstance_shared_keys(m->fast_paths, type)) {
+    /* (Code run by the lookups may have given `obj` another class.) */
+    if (where->keys != NULL && Py_TYPE(obj) == type &&
+        where->keys == pyinstance_shared_keys(m->fast_paths, type)) {
         return pyinstance_values(obj, where->keys, capacity);
     }
 #else
@@ -1186,10 +1217,228 @@ exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
 }
 
 /* dd_span[key] = the plan's converter at item applied to items. */
+/* An item's attributes as spanpack.otel's _plain gives them to iterate
+ * (new reference): None as a new empty dict, the SDK's BoundedAttributes by
+ * the dict it keeps; NULL with no error when that is no exact dict (then
+ * spanpack.otel converts the list), NULL with an error on failure. */
+static PyObject *
+plain_attributes(OtelMapper *m, PyObject *item)
+{
+    static const int dict_name[] = {A_DICT};
+    PyObject *attributes = PyObject_GetAttr(item, NAME(m, A_EVENT_ATTRIBUTES));
+    if (attributes == Py_None) {
+        Py_SETREF(attributes, PyDict_New());
+    }
+    else if (attributes != NULL &&
+             (PyObject *)Py_TYPE(attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
+        PyObject *dict;
+        int rc = inplace_read(m, &m->attributes_fields, attributes, dict_name, 1, &dict);
+        Py_SETREF(attributes, rc < 0 ? NULL : dict);
+    }
+    if (attributes != NULL && !PyDict_CheckExact(attributes)) {
+        Py_CLEAR(attributes);
+    }
+    return attributes;
+}
+
+/* A link attribute's value as spanpack.otel's _text writes it (new
+ * reference): a str as it is, an int's digits, a bool as true/false, the
+ * rest by _text itself. */
+static PyObject *
+link_value_text(OtelMapper *m, PyObject *value)
+{
+    if (PyUnicode_CheckExact(value)) {
+        return Py_NewRef(value);
+    }
+    if (PyLong_CheckExact(value)) {
+        return PyObject_Str(value);
+    }
+    if (PyBool_Check(value)) {
+        return Py_NewRef(NAME(m, value == Py_True ? V_TRUE : V_FALSE));
+    }
+    return PyObject_CallOneArg(PLAN(m, PLAN_TEXT), value);
+}
+
+/* A link's trace state header as spanpack.otel writes it: "" for a state
+ * that is false (None, empty), else its to_header(); the last one's kept. */
+static PyObject *
+link_trace_state_header(OtelMapper *m, PyObject *state)
+{
+    if (state != m->last_link_trace_state || m->link_trace_state_header == NULL) {
+        int truth = PyObject_IsTrue(state);
+        PyObject *header = truth < 0    ? NULL
+                           : truth == 0 ? Py_NewRef(NAME(m, V_EMPTY))
+                                        : PyObject_CallMethodNoArgs(state, NAME(m, A_TO_HEADER));
+        if (header == NULL) {
+            return NULL;
+        }
+        Py_XSETREF(m->link_trace_state_header, header);
+        Py_XSETREF(m->last_link_trace_state, Py_NewRef(state));
+    }
+    return Py_NewRef(m->link_trace_state_header);
+}
+
+/* One link as spanpack.otel's _links makes it (a new dict in *out), or
+ * *out NULL when it is of another form than the SDK's (then spanpack.otel
+ * converts the list).  0, or -1 with an error. */
+static int
+link_make(OtelMapper *m, PyObject *link, PyObject **out)
+{
+    *out = NULL;
+    PyObject *attributes = NULL, *converted = NULL, *header = NULL, *flags = NULL, *dict = NULL;
+    PyObject *key, *value;
+    int rc = -1;
+    PyObject *context = PyObject_GetAttr(link, NAME(m, A_LINK_CONTEXT));
+    if (context == NULL) {
+        goto done;
+    }
+    /* SpanContext: (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid). */
+    if (!PyTuple_Check(context) || PyTuple_GET_SIZE(context) != 6 ||
+        !PyLong_Check(PyTuple_GET_ITEM(context, 3))) {
+        rc = 0;
+        goto done;
+    }
+    if ((attributes = plain_attributes(m, link)) == NULL) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    if ((converted = PyDict_New()) == NULL) {
+        goto done;
+    }
+    Py_ssize_t position = 0;
+    while (PyDict_Next(attributes, &position, &key, &value)) {
+        Py_INCREF(key);
+        PyObject *text = link_value_text(m, value);
+        int set = text == NULL ? -1 : PyDict_SetItem(converted, key, text);
+        Py_XDECREF(text);
+        Py_DECREF(key);
+        if (set < 0) {
+            goto done;
+        }
+    }
+    PyObject *state = PyTuple_GET_ITEM(context, 4);
+    header = state == Py_None ? Py_NewRef(NAME(m, V_EMPTY)) : link_trace_state_header(m, state);
+    flags = header == NULL ? NULL : PyNumber_Long(PyTuple_GET_ITEM(context, 3));
+    if (flags == NULL || (dict = PyDict_New()) == NULL ||
+        PyDict_SetItem(dict, NAME(m, F_TRACE_ID), PyTuple_GET_ITEM(context, 0)) < 0 ||
+        PyDict_SetItem(dict, NAME(m, F_SPAN_ID), PyTuple_GET_ITEM(context, 1)) < 0 ||
+        PyDict_SetItem(dict, NAME(m, A_EVENT_ATTRIBUTES), converted) < 0 ||
+        PyDict_SetItem(dict, NAME(m, L_TRACESTATE), header) < 0 ||
+        PyDict_SetItem(dict, NAME(m, L_FLAGS), flags) < 0) {
+        goto done;
+    }
+    *out = Py_NewRef(dict);
+    rc = 0;
+done:
+    Py_XDECREF(dict);
+    Py_XDECREF(flags);
+    Py_XDECREF(header);
+    Py_XDECREF(converted);
+    Py_XDECREF(attributes);
+    Py_XDECREF(context);
+    return rc;
+}
+
+/* One event as spanpack.otel's _events makes it (a new dict in *out), or
+ * *out NULL when it is of another form than the SDK's (then spanpack.otel
+ * converts the list).  0, or -1 with an error. */
+static int
+event_make(OtelMapper *m, PyObject *event, PyObject **out)
+{
+    *out = NULL;
+    PyObject *timestamp = NULL, *attributes = NULL, *copy = NULL, *dict = NULL;
+    PyObject *key, *value;
+    int rc = -1;
+    PyObject *name = NULL;
+    /* (Read in the order spanpack.otel reads them.) */
+    if ((attributes = plain_attributes(m, event)) == NULL) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    if ((name = PyObject_GetAttr(event, NAME(m, A_EVENT_NAME))) == NULL ||
+        (timestamp = PyObject_GetAttr(event, NAME(m, A_EVENT_TIMESTAMP))) == NULL) {
+        goto done;
+    }
+    if (!PyLong_CheckExact(timestamp)) {
+        rc = 0;
+        goto done;
+    }
+    /* max(timestamp, 0) */
+    int negative = PyObject_RichCompareBool(timestamp, m->zero, Py_LT);
+    if (negative < 0 || (dict = PyDict_New()) == NULL ||
+        PyDict_SetItem(dict, NAME(m, A_EVENT_NAME), name) < 0 ||
+        PyDict_SetItem(dict, NAME(m, E_TIME_UNIX_NANO),
+                       negative ? m->zero : timestamp) < 0) {
+        goto done;
+    }
+    if (PyDict_GET_SIZE(attributes) > 0) {
+        /* A copy (the caller may change it), arrays as lists: the SDK keeps tuples. */
+        if ((copy = PyDict_Copy(attributes)) == NULL) {
+            goto done;
+        }
+        Py_ssize_t position = 0;
+        while (PyDict_Next(attributes, &position, &key, &value)) {
+            if (!PyTuple_CheckExact(value)) {
+                continue;
+            }
+            Py_INCREF(key);
+            PyObject *list = PySequence_List(value);
+            int set = list == NULL ? -1 : PyDict_SetItem(copy, key, list);
+            Py_XDECREF(list);
+            Py_DECREF(key);
+            if (set < 0) {
+                goto done;
+            }
+        }
+        if (PyDict_SetItem(dict, NAME(m, A_EVENT_ATTRIBUTES), copy) < 0) {
+            goto done;
+        }
+    }
+    *out = Py_NewRef(dict);
+    rc = 0;
+done:
+    Py_XDECREF(dict);
+    Py_XDECREF(copy);
+    Py_XDECREF(attributes);
+    Py_XDECREF(timestamp);
+    Py_XDECREF(name);
+    return rc;
+}
+
+/* Rules 23-24: a span's links or events (`items`, from list_items) as
+ * spanpack.otel's _links and _events make them: here for items of the SDK's
+ * forms, by them otherwise.  A new list, or NULL with an error. */
+static PyObject *
+items_converted(OtelMapper *m, int item, PyObject *items)
+{
+    PyObject *made = PyList_New(0);
+    PyObject *iterator = made != NULL ? PyObject_GetIter(items) : NULL;
+    PyObject *one;
+    int rc = iterator != NULL ? 0 : -1;
+    while (rc == 0 && made != NULL && (one = PyIter_Next(iterator)) != NULL) {
+        PyObject *dict;
+        rc = item == PLAN_LINKS ? link_make(m, one, &dict) : event_make(m, one, &dict);
+        Py_DECREF(one);
+        if (rc == 0 && dict == NULL) {
+            Py_CLEAR(made); /* another form: spanpack.otel converts them all */
+        }
+        else if (rc == 0) {
+            rc = PyList_Append(made, dict);
+            Py_DECREF(dict);
+        }
+    }
+    Py_XDECREF(iterator);
+    if (rc < 0 || PyErr_Occurred()) {
+        Py_XDECREF(made);
+        return NULL;
+    }
+    return made != NULL ? made : PyObject_CallOneArg(PLAN(m, item), items);
+}
+
 static int
 set_converted(OtelMapper *m, PyObject *dd_span, int key, int item, PyObject *items)
 {
-    PyObject *converted = PyObject_CallOneArg(PLAN(m, item), items);
+    PyObject *converted = items_converted(m, item, items);
     if (converted == NULL) {
         return -1;
     }
@@ -1631,23 +1880,28 @@ map_span(OtelMapper *m, PyObject *span)
             goto done;
         }
         PyObject *trace_id = PyTuple_GET_ITEM(f.context, 0);
-        unsigned long long low = PyLong_AsUnsignedLongLongMask(trace_id);
-        if (low == (unsigned long long)-1 && PyErr_Occurred()) {
-            goto done;
-        }
-        PyObject *sixty_four = PyLong_FromLong(64); /* (a cached small int) */
-        PyObject *high_int = sixty_four == NULL ? NULL : PyNumber_Rshift(trace_id, sixty_four);
-        Py_XDECREF(sixty_four);
-        if (high_int == NULL) {
-            goto done;
-        }
-        unsigned long long high = PyLong_AsUnsignedLongLong(high_int);
-        Py_DECREF(high_int);
-        if (high == (unsigned long long)-1 && PyErr_Occurred()) {
-            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        uint64_t low, high;
+        int wide = pyint_as_u128(m->fast_paths, trace_id, &high, &low);
+        if (wide < 0) { /* (its digits not read in place here: by the C API) */
+            low = PyLong_AsUnsignedLongLongMask(trace_id);
+            if (low == (unsigned long long)-1 && PyErr_Occurred()) {
                 goto done;
             }
-            PyErr_Clear(); /* not a 128-bit id: the rules in Python say what it becomes */
+            PyObject *sixty_four = PyLong_FromLong(64); /* (a cached small int) */
+            PyObject *high_int = sixty_four == NULL ? NULL : PyNumber_Rshift(trace_id, sixty_four);
+            Py_XDECREF(sixty_four);
+            if (high_int == NULL) {
+                goto done;
+            }
+            high = PyLong_AsUnsignedLongLong(high_int);
+            Py_DECREF(high_int);
+            wide = high == (unsigned long long)-1 && PyErr_Occurred();
+            if (wide && !PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                goto done;
+            }
+            PyErr_Clear();
+        }
+        if (wide) { /* not a 128-bit id: the rules in Python say what it becomes */
             result = Py_NewRef(Py_None);
             goto done;
         }
@@ -1812,7 +2066,8 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     .fast_paths = &state->fast_paths};
     Py_ssize_t count = PySequence_Fast_GET_SIZE(spans);
     PyObject *out = PyList_New(count);
-    if (out == NULL || (m.span_template = span_template_new(m.names)) == NULL) {
+    if (out == NULL || (m.span_template = span_template_new(m.names)) == NULL ||
+        (m.zero = PyLong_FromLong(0)) == NULL) {
         goto error;
     }
     for (Py_ssize_t i = 0; i < count; i++) {

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry.sdk.resources import Resource  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope  # noqa: E402
@@ -98,7 +98,7 @@ def _both(spans: List[Any]) -> None:
     events=st.lists(st.tuples(st.sampled_from(["exception", "Exception", "boom"]), st.integers(-5, 10**9),
                               st.dictionaries(st.sampled_from(EVENT_KEYS), VALUES, max_size=3)), max_size=3),
     links=st.lists(st.fixed_dictionaries({"trace_id": st.sampled_from([1, TRACE_ID]), "span_id": st.just(9)},
-                                         optional={"tracestate": st.just("k=v"),
+                                         optional={"tracestate": st.just("k=v"), "flags": st.sampled_from([0, 1]),
                                                    "attributes": st.dictionaries(TEXTS, VALUES, max_size=2)}),
                    max_size=2),
 )
@@ -226,24 +226,27 @@ def test_a_field_moved_to_a_descriptor_is_read_through_it():
     _both([renamed])
 
 
-def test_a_class_changed_during_a_batch_is_found_again(monkeypatch):
+def test_a_class_changed_during_a_batch_is_found_again():
     """The class's layout is found again when the class changes (its version
-    tag) in the middle of a batch, here by the events converter run for the
-    first span: a data descriptor added then wins for the spans after it."""
+    tag) in the middle of a batch, here by an event's name property read for
+    the first span: a data descriptor added then wins for the spans after it."""
 
     class Changing(ReadableSpan):
         pass
 
-    def changing_events(events):
-        Changing._name = property(lambda self: "descriptor")
-        return otel._events(events)
+    class ChangingEvent(Event):
+        @property
+        def name(self):
+            Changing._name = property(lambda self: "descriptor")
+            return "e"
 
-    monkeypatch.setattr(otel, "_C_PLAN_PARTS", otel._C_PLAN_PARTS[:-1] + (changing_events,))
-    plain = make_span(trace_id=1, span_id=2, name="n", events=[("e", 1, [])])
-    first, second = (Changing(name="span-%d" % n, context=plain.context, resource=Resource({}), attributes={},
-                              events=plain.events) for n in range(2))
+    context = make_span(trace_id=1, span_id=2, name="n").context
+    first = Changing(name="span-0", context=context, resource=Resource({}), attributes={},
+                     events=[ChangingEvent("e", timestamp=1)])
+    second = Changing(name="span-1", context=context, resource=Resource({}), attributes={})
     mapped = otel._map_in_c([first, second], otel._BatchCache())
     assert [span["resource"] for span in mapped] == ["span-0", "descriptor"]
+    assert mapped[0]["events"] == [{"name": "e", "time_unix_nano": 1}]
 
 
 def test_the_lowered_system_is_the_spans_own():
@@ -260,3 +263,34 @@ def test_the_lowered_system_is_the_spans_own():
     _both(spans)
     names = [span["name"] for span in otel._map_in_c(spans, otel._BatchCache())]
     assert names == ["postgresql.query"] * 3 + ["mysql.query"] * 3 + ["loud.query"] * 3
+
+
+def test_links_and_events_of_other_forms_are_converted_as_python_converts_them():
+    """Links and events are made in C for the SDK's forms; an item of another
+    form (attributes in another mapping, a float time) has the list converted
+    by spanpack.otel, with the same result; BoundedAttributes past its limit
+    (which some SDK versions keep in an OrderedDict) alike."""
+    from types import MappingProxyType
+
+    from opentelemetry.attributes import BoundedAttributes
+
+    bounded = BoundedAttributes(maxlen=2, attributes={"a": 1, "b": (1, 2)}, immutable=False)
+    bounded["c"] = "three"  # past maxlen: "a" goes
+    context = make_span(trace_id=1, span_id=2, name="n").context
+    spans = [
+        ReadableSpan(name="proxy", context=context, resource=Resource({}),
+                     links=[Link(context, MappingProxyType({"k": 1.5}))]),
+        ReadableSpan(name="float-time", context=context, resource=Resource({}),
+                     events=[Event("e", {"k": (1, 2)}, 1.5)]),
+        ReadableSpan(name="ordered", context=context, resource=Resource({}),
+                     events=[Event("e", bounded, 7)], links=[Link(context, bounded)]),
+        ReadableSpan(name="plain", context=context, resource=Resource({}),
+                     events=[Event("e", {"k": (1, 2), "n": None}, -3)],
+                     links=[Link(context, {"t": (True, "x"), "i": 2**70, "b": False})]),
+    ]
+    _both(spans)
+    mapped = otel._map_in_c(spans, otel._BatchCache())
+    assert mapped[0]["links"][0]["attributes"] == {"k": "1.5"}
+    assert mapped[1]["events"][0]["time_unix_nano"] == 1.5
+    assert mapped[3]["events"] == [{"name": "e", "time_unix_nano": 0, "attributes": {"k": [1, 2], "n": None}}]
+    assert mapped[3]["links"][0]["attributes"] == {"t": '[true,"x"]', "i": str(2**70), "b": "false"}
