@@ -1367,8 +1367,7 @@ event_make(OtelMapper *m, PyObject *event, PyObject **out)
     int negative = PyObject_RichCompareBool(timestamp, m->zero, Py_LT);
     if (negative < 0 || (dict = PyDict_New()) == NULL ||
         PyDict_SetItem(dict, NAME(m, A_EVENT_NAME), name) < 0 ||
-        PyDict_SetItem(dict, NAME(m, E_TIME_UNIX_NANO),
-                       negative ? m->zero : timestamp) < 0) {
+        PyDict_SetItem(dict, NAME(m, E_TIME_UNIX_NANO), negative ? m->zero : timestamp) < 0) {
         goto done;
     }
     if (PyDict_GET_SIZE(attributes) > 0) {
