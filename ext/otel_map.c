@@ -209,10 +209,16 @@ enum {
     PLAN_BOUNDED_ATTRIBUTES, /* the SDK's BoundedAttributes class */
     PLAN_BOUNDED_LIST,       /* the SDK's BoundedList class */
     PLAN_EVENT_TEXT,         /* value -> str, as an exception event's attribute is written */
+    PLAN_ITEM_TYPES,         /* (SpanContext, Link, Event, TraceState): the forms made here */
     PLAN_LINKS,              /* links -> the dict span's links */
     PLAN_EVENTS,             /* events -> the dict span's events */
     PLAN_SIZE
 };
+
+/* PLAN_ITEM_TYPES, item by item: the SDK's classes whose properties only
+ * return a field (reading them runs no other code). */
+enum { ITEM_SPAN_CONTEXT, ITEM_LINK, ITEM_EVENT, ITEM_TRACE_STATE, ITEM_TYPES_SIZE };
+#define ITEM_TYPE(m, which) PyTuple_GET_ITEM(PLAN(m, PLAN_ITEM_TYPES), which)
 
 /* A resource's values, as _ResourceValues.as_tuple() gives them. */
 enum { RES_SERVICE, RES_VERSION, RES_ENV, RES_FIRST, RES_META, RES_METRICS, RES_SIZE };
@@ -1264,13 +1270,19 @@ link_value_text(OtelMapper *m, PyObject *value)
 static PyObject *
 link_trace_state_header(OtelMapper *m, PyObject *state)
 {
-    if (state != m->last_link_trace_state || m->link_trace_state_header == NULL) {
+    /* (Only the SDK's TraceState is immutable: another class's truth and
+     * header are asked for each link, as spanpack.otel asks.) */
+    int cacheable = (PyObject *)Py_TYPE(state) == ITEM_TYPE(m, ITEM_TRACE_STATE);
+    if (!cacheable || state != m->last_link_trace_state || m->link_trace_state_header == NULL) {
         int truth = PyObject_IsTrue(state);
         PyObject *header = truth < 0    ? NULL
                            : truth == 0 ? Py_NewRef(NAME(m, V_EMPTY))
                                         : PyObject_CallMethodNoArgs(state, NAME(m, A_TO_HEADER));
         if (header == NULL) {
             return NULL;
+        }
+        if (!cacheable) {
+            return header;
         }
         Py_XSETREF(m->link_trace_state_header, header);
         Py_XSETREF(m->last_link_trace_state, Py_NewRef(state));
@@ -1292,9 +1304,11 @@ link_make(OtelMapper *m, PyObject *link, PyObject **out)
     if (context == NULL) {
         goto done;
     }
-    /* SpanContext: (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid). */
-    if (!PyTuple_Check(context) || PyTuple_GET_SIZE(context) != 6 ||
-        !PyLong_Check(PyTuple_GET_ITEM(context, 3))) {
+    /* SpanContext: (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid),
+     * its properties self[i]: only the SDK's own class (a subclass may
+     * override a property or __getitem__, another tuple order its items). */
+    if ((PyObject *)Py_TYPE(context) != ITEM_TYPE(m, ITEM_SPAN_CONTEXT) ||
+        PyTuple_GET_SIZE(context) != 6 || !PyLong_Check(PyTuple_GET_ITEM(context, 3))) {
         rc = 0;
         goto done;
     }
@@ -1305,14 +1319,27 @@ link_make(OtelMapper *m, PyObject *link, PyObject **out)
     if ((converted = PyDict_New()) == NULL) {
         goto done;
     }
-    Py_ssize_t position = 0;
+    /* _text (a value's __str__, __repr__...) and the key's __hash__ may run
+     * Python code that changes the dict: raise as its items() iterator
+     * raises then (dictiter_iternextitem). */
+    Py_ssize_t position = 0, used = PyDict_GET_SIZE(attributes), left = used;
     while (PyDict_Next(attributes, &position, &key, &value)) {
+        if (left-- == 0) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary keys changed during iteration");
+            goto done;
+        }
         Py_INCREF(key);
+        Py_INCREF(value);
         PyObject *text = link_value_text(m, value);
         int set = text == NULL ? -1 : PyDict_SetItem(converted, key, text);
         Py_XDECREF(text);
+        Py_DECREF(value);
         Py_DECREF(key);
         if (set < 0) {
+            goto done;
+        }
+        if (PyDict_GET_SIZE(attributes) != used) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
             goto done;
         }
     }
@@ -1404,24 +1431,53 @@ done:
     return rc;
 }
 
+/* One item of another form than the SDK's, as spanpack.otel's _links or
+ * _events converts it (a new reference; NULL with an error). */
+static PyObject *
+item_converted_in_python(OtelMapper *m, int item, PyObject *one)
+{
+    PyObject *single = PyTuple_Pack(1, one);
+    PyObject *list = single != NULL ? PyObject_CallOneArg(PLAN(m, item), single) : NULL;
+    Py_XDECREF(single);
+    if (list == NULL) {
+        return NULL;
+    }
+    PyObject *made = NULL;
+    if (PyList_Check(list) && PyList_GET_SIZE(list) == 1) {
+        made = Py_NewRef(PyList_GET_ITEM(list, 0));
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "spanpack.otel: a converter gave no list of one item");
+    }
+    Py_DECREF(list);
+    return made;
+}
+
 /* Rules 23-24: a span's links or events (`items`, from list_items) as
  * spanpack.otel's _links and _events make them: here for items of the SDK's
- * forms, by them otherwise.  A new list, or NULL with an error. */
+ * classes and forms, by them one at a time otherwise (an item of another
+ * class is read by them only: its properties may run code, run once, as
+ * there).  A new list, or NULL with an error. */
 static PyObject *
 items_converted(OtelMapper *m, int item, PyObject *items)
 {
     PyObject *made = PyList_New(0);
     PyObject *iterator = made != NULL ? PyObject_GetIter(items) : NULL;
     PyObject *one;
+    PyObject *sdk_type = ITEM_TYPE(m, item == PLAN_LINKS ? ITEM_LINK : ITEM_EVENT);
     int rc = iterator != NULL ? 0 : -1;
-    while (rc == 0 && made != NULL && (one = PyIter_Next(iterator)) != NULL) {
-        PyObject *dict;
-        rc = item == PLAN_LINKS ? link_make(m, one, &dict) : event_make(m, one, &dict);
-        Py_DECREF(one);
-        if (rc == 0 && dict == NULL) {
-            Py_CLEAR(made); /* another form: spanpack.otel converts them all */
+    while (rc == 0 && (one = PyIter_Next(iterator)) != NULL) {
+        PyObject *dict = NULL;
+        if ((PyObject *)Py_TYPE(one) == sdk_type) {
+            rc = item == PLAN_LINKS ? link_make(m, one, &dict) : event_make(m, one, &dict);
         }
-        else if (rc == 0) {
+        if (rc == 0 && dict == NULL) {
+            /* (the SDK's properties return a field: read again there, no code runs twice) */
+            dict = item_converted_in_python(m, item, one);
+            rc = dict == NULL ? -1 : 0;
+        }
+        Py_DECREF(one);
+        if (rc == 0) {
             rc = PyList_Append(made, dict);
             Py_DECREF(dict);
         }
@@ -1431,7 +1487,7 @@ items_converted(OtelMapper *m, int item, PyObject *items)
         Py_XDECREF(made);
         return NULL;
     }
-    return made != NULL ? made : PyObject_CallOneArg(PLAN(m, item), items);
+    return made;
 }
 
 static int
@@ -1510,13 +1566,21 @@ sdk_fields_read(OtelMapper *m, PyObject *span, SdkFields *f)
         PyErr_Clear();
         return 0;
     }
-    /* SpanContext is a tuple: (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid).
-     */
-    if (!PyTuple_Check(f->context) || PyTuple_GET_SIZE(f->context) != 6 ||
+    /* The SDK's SpanContext, a tuple: (trace_id, span_id, is_remote, trace_flags,
+     * trace_state, is_valid), read by position (its properties do no more;
+     * a subclass's may), with the SDK's immutable TraceState (or None). */
+    PyObject *context_type = ITEM_TYPE(m, ITEM_SPAN_CONTEXT);
+    PyObject *state =
+        (PyObject *)Py_TYPE(f->context) == context_type && PyTuple_GET_SIZE(f->context) == 6
+            ? PyTuple_GET_ITEM(f->context, 4)
+            : NULL;
+    if (state == NULL ||
+        (state != Py_None && (PyObject *)Py_TYPE(state) != ITEM_TYPE(m, ITEM_TRACE_STATE)) ||
         !PyLong_CheckExact(PyTuple_GET_ITEM(f->context, 0)) ||
         !PyLong_CheckExact(PyTuple_GET_ITEM(f->context, 1)) ||
-        (f->parent != Py_None && (!PyTuple_Check(f->parent) || PyTuple_GET_SIZE(f->parent) != 6 ||
-                                  !PyLong_CheckExact(PyTuple_GET_ITEM(f->parent, 1)))) ||
+        (f->parent != Py_None &&
+         ((PyObject *)Py_TYPE(f->parent) != context_type || PyTuple_GET_SIZE(f->parent) != 6 ||
+          !PyLong_CheckExact(PyTuple_GET_ITEM(f->parent, 1)))) ||
         !PyUnicode_Check(f->name) || (f->start != Py_None && !PyLong_CheckExact(f->start)) ||
         (f->end != Py_None && !PyLong_CheckExact(f->end))) {
         return 0;
@@ -1597,14 +1661,34 @@ set_early_if_found(OtelMapper *m, PyObject *meta, PyObject *res, PyObject *scope
     return rc;
 }
 
+/* Room in a span's meta for the tags the rules and its attributes add. */
+#define SPAN_META_ROOM 16
+
 /* The meta every span of this resource and scope starts from (borrowed). */
 static PyObject *
 base_meta(OtelMapper *m, PyObject *res, PyObject *scope)
 {
     if (m->base_meta == NULL || m->base_made != m->values_made) {
-        PyObject *base = PyDict_Copy(PyTuple_GET_ITEM(res, RES_META));
-        if (base == NULL || PyDict_Update(base, PyTuple_GET_ITEM(scope, 0)) < 0) {
-            Py_XDECREF(base);
+        /* Made at the size a span's meta grows to (each span's is a copy, at
+         * this size): filling it entry by entry keeps that size, where an
+         * update of an empty dict would take the source's. */
+        PyObject *sources[2] = {PyTuple_GET_ITEM(res, RES_META), PyTuple_GET_ITEM(scope, 0)};
+        PyObject *base = _PyDict_NewPresized(PyDict_GET_SIZE(sources[0]) +
+                                             PyDict_GET_SIZE(sources[1]) + SPAN_META_ROOM);
+        for (int i = 0; i < 2 && base != NULL; i++) {
+            Py_ssize_t position = 0;
+            PyObject *key, *value;
+            while (base != NULL && PyDict_Next(sources[i], &position, &key, &value)) {
+                Py_INCREF(key);
+                Py_INCREF(value);
+                if (PyDict_SetItem(base, key, value) < 0) {
+                    Py_CLEAR(base);
+                }
+                Py_DECREF(key);
+                Py_DECREF(value);
+            }
+        }
+        if (base == NULL) {
             return NULL;
         }
         Py_XSETREF(m->base_meta, base);
@@ -2050,7 +2134,9 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         !PyDict_CheckExact(PyTuple_GET_ITEM(plan, PLAN_TAG_KEYS)) ||
         !PyDict_CheckExact(PyTuple_GET_ITEM(plan, PLAN_DB_TYPES)) ||
         !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_GUARDED)) ||
-        !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_SPECIAL))) {
+        !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_SPECIAL)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(plan, PLAN_ITEM_TYPES)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_ITEM_TYPES)) != ITEM_TYPES_SIZE) {
         PyErr_SetString(PyExc_TypeError, "_otel_map_spans: not a plan from spanpack.otel");
         return NULL;
     }
@@ -2083,5 +2169,151 @@ error:
     mapper_clear(&m);
     Py_XDECREF(out);
     Py_DECREF(spans);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Traces of a batch (spanpack.otel.map_spans' grouping, its reference in
+ * Python: _group_traces, _set_priority, _local_root) */
+
+/* A dict span's value of `key` (borrowed); NULL with KeyError when absent,
+ * as dd_span[key] would raise. */
+static PyObject *
+span_item(PyObject *dd_span, PyObject *key)
+{
+    PyObject *value = PyDict_GetItemWithError(dd_span, key);
+    if (value == NULL && !PyErr_Occurred()) {
+        PyErr_SetObject(PyExc_KeyError, key);
+    }
+    return value;
+}
+
+/* The position of the trace's local root: its first span whose parent is
+ * not in the trace, else 0.  -1 on error. */
+static Py_ssize_t
+local_root(OtelMapper *m, PyObject *trace)
+{
+    Py_ssize_t count = PyList_GET_SIZE(trace);
+    if (count <= 1) {
+        return 0;
+    }
+    Py_ssize_t root = -1;
+    PyObject *ids = PySet_New(NULL);
+    for (Py_ssize_t i = 0; ids != NULL && i < count; i++) {
+        PyObject *span_id = span_item(PyList_GET_ITEM(trace, i), NAME(m, F_SPAN_ID));
+        if (span_id == NULL || PySet_Add(ids, span_id) < 0) {
+            Py_CLEAR(ids);
+        }
+    }
+    for (Py_ssize_t i = 0; ids != NULL && root < 0 && i < count; i++) {
+        PyObject *parent = span_item(PyList_GET_ITEM(trace, i), NAME(m, F_PARENT_ID));
+        int inside = parent == NULL ? -1 : PySet_Contains(ids, parent);
+        if (inside < 0) {
+            Py_CLEAR(ids);
+        }
+        else if (!inside) {
+            root = i;
+        }
+    }
+    if (ids == NULL) {
+        return -1;
+    }
+    Py_DECREF(ids);
+    return root < 0 ? 0 : root;
+}
+
+/* The trace's sampling priority (the last of its spans' `key` metrics,
+ * else `fallback`) set on its local root.  0, or -1 with an error. */
+static int
+priority_set(OtelMapper *m, PyObject *trace, PyObject *key, PyObject *fallback)
+{
+    PyObject *priority = Py_NewRef(fallback), *metrics;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(trace); i++) {
+        if ((metrics = span_item(PyList_GET_ITEM(trace, i), NAME(m, F_METRICS))) == NULL) {
+            goto error;
+        }
+        if (!PyDict_Check(metrics)) {
+            PyErr_Format(PyExc_TypeError,
+                         "spanpack.otel: a span's metrics must be a dict, not %.200s",
+                         Py_TYPE(metrics)->tp_name);
+            goto error;
+        }
+        PyObject *found = PyDict_GetItemWithError(metrics, key);
+        if (found == NULL && PyErr_Occurred()) {
+            goto error;
+        }
+        if (found != NULL && found != Py_None) {
+            Py_SETREF(priority, Py_NewRef(found));
+        }
+    }
+    Py_ssize_t root = local_root(m, trace);
+    metrics = root < 0 ? NULL : span_item(PyList_GET_ITEM(trace, root), NAME(m, F_METRICS));
+    if (metrics == NULL || PyObject_SetItem(metrics, key, priority) < 0) {
+        goto error;
+    }
+    Py_DECREF(priority);
+    return 0;
+error:
+    Py_DECREF(priority);
+    return -1;
+}
+
+PyObject *
+otel_group_traces(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyUnicode_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_otel_group_traces(dd_spans: list, priority_key: str, default_priority)");
+        return NULL;
+    }
+    SpanpackState *state = spanpack_state_from_module(module);
+    OtelMapper m = {.names = state->otel_names};
+    PyObject *dd_spans = args[0], *key = args[1], *fallback = args[2];
+    PyObject *by_trace = PyDict_New(), *traces = PyList_New(0);
+    if (by_trace == NULL || traces == NULL) {
+        goto error;
+    }
+    /* (A copy of the list: the loop reads it while lookups run.) */
+    PyObject *spans = PyList_GetSlice(dd_spans, 0, PyList_GET_SIZE(dd_spans));
+    if (spans == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(spans); i++) {
+        PyObject *dd_span = PyList_GET_ITEM(spans, i);
+        if (!PyDict_Check(dd_span)) {
+            PyErr_Format(PyExc_TypeError, "spanpack.otel: a dict span expected, not %.200s",
+                         Py_TYPE(dd_span)->tp_name);
+            Py_DECREF(spans);
+            goto error;
+        }
+        PyObject *trace_id = span_item(dd_span, NAME(&m, F_TRACE_ID));
+        PyObject *trace = trace_id == NULL ? NULL : PyDict_GetItemWithError(by_trace, trace_id);
+        int rc = -1;
+        if (trace != NULL) {
+            rc = PyList_Append(trace, dd_span);
+        }
+        else if (trace_id != NULL && !PyErr_Occurred() && (trace = PyList_New(1)) != NULL) {
+            PyList_SET_ITEM(trace, 0, Py_NewRef(dd_span));
+            rc = PyDict_SetItem(by_trace, trace_id, trace) < 0 || PyList_Append(traces, trace) < 0
+                     ? -1
+                     : 0;
+            Py_DECREF(trace);
+        }
+        if (rc < 0) {
+            Py_DECREF(spans);
+            goto error;
+        }
+    }
+    Py_DECREF(spans);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(traces); i++) {
+        if (priority_set(&m, PyList_GET_ITEM(traces, i), key, fallback) < 0) {
+            goto error;
+        }
+    }
+    Py_DECREF(by_trace);
+    return traces;
+error:
+    Py_XDECREF(by_trace);
+    Py_XDECREF(traces);
     return NULL;
 }

@@ -91,6 +91,9 @@ def _check_msgpack_length(length: int, /) -> None: ...
 
 # spanpack.otel's per-span mapping (ext/otel_map.c); plan: spanpack.otel._map_in_c.
 def _otel_map_spans(spans: Sequence[Any], plan: Tuple[Any, ...], /) -> List[Optional[Dict[str, Any]]]: ...
+def _otel_group_traces(
+    dd_spans: List[Dict[str, Any]], priority_key: str, default_priority: Any, /
+) -> List[List[Dict[str, Any]]]: ...
 
 class BufferFull(Exception):
     """args[0]: the rejected trace's encoded size."""

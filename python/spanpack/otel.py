@@ -18,9 +18,9 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
-from ._spanpack import _otel_map_spans
+from ._spanpack import _otel_group_traces, _otel_map_spans
 from .encoder import TraceMsgPackEncoder
 from .writer import AgentWriter
 
@@ -733,10 +733,14 @@ _SDK_PROPERTIES = ("context", "attributes", "events", "links", "resource", "inst
 
 try:
     from opentelemetry.attributes import BoundedAttributes as _BoundedAttributes
+    from opentelemetry.sdk.trace import Event as _Event
     from opentelemetry.sdk.trace import ReadableSpan as _ReadableSpan
     from opentelemetry.sdk.util import BoundedList as _BoundedList
+    from opentelemetry.trace import Link as _Link
+    from opentelemetry.trace import SpanContext as _SpanContext
     from opentelemetry.trace import SpanKind as _SpanKind
     from opentelemetry.trace import StatusCode as _StatusCode
+    from opentelemetry.trace import TraceState as _TraceState
 
     # Enum members by identity: reading .value runs a descriptor (about 0.3 µs).
     _ENUM_VALUES: Dict[int, int] = {id(member): member.value for member in (*_SpanKind, *_StatusCode)}
@@ -759,6 +763,8 @@ if _ReadableSpan is not None and not os.environ.get("SPANPACK_OTEL_PYTHON"):
         _BoundedAttributes,
         _BoundedList,
         _event_value_text,
+        # the classes whose links and events ext/otel_map.c makes itself
+        (_SpanContext, _Link, _Event, _TraceState),
         _links,
         _events,
     )
@@ -797,10 +803,21 @@ def map_spans(spans: Iterable[Any]) -> List[List[Dict[str, Any]]]:
     if not isinstance(spans, (list, tuple)):
         spans = list(spans)
     mapped = _map_in_c(spans, cache)
+    if None in mapped:
+        dd_spans = [_span_dict(span, cache) if dd_span is None else dd_span for span, dd_span in zip(spans, mapped)]
+    else:
+        dd_spans = cast(List[Dict[str, Any]], mapped)  # (C's list, every span mapped)
+    if _C_PLAN_PARTS is None:
+        return _group_traces(dd_spans)
+    return _otel_group_traces(dd_spans, SAMPLING_PRIORITY_KEY, DEFAULT_PRIORITY)
+
+
+def _group_traces(dd_spans: List[Dict[str, Any]]) -> List[List[Dict[str, Any]]]:
+    """Dict spans grouped by trace id (in order of first appearance), each
+    trace's local root carrying its sampling priority (the rules in Python:
+    ext/otel_map.c's _otel_group_traces does the same)."""
     traces: Dict[int, List[Dict[str, Any]]] = {}
-    for span, dd_span in zip(spans, mapped):
-        if dd_span is None:
-            dd_span = _span_dict(span, cache)
+    for dd_span in dd_spans:
         trace = traces.get(dd_span["trace_id"])
         if trace is None:
             traces[dd_span["trace_id"]] = [dd_span]

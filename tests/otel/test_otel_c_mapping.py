@@ -24,7 +24,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope  # noqa:
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode  # noqa: E402
 
 from spanpack import otel  # noqa: E402
-from spanpack._spanpack import _otel_map_spans  # noqa: E402
+from spanpack._spanpack import _otel_group_traces, _otel_map_spans  # noqa: E402
 from tests.otel.spans import KINDS, STATUSES, make_span  # noqa: E402
 from tests.otel.test_otel_transform import NAMING  # noqa: E402
 from tests.otel.transform_cases import CASES, SCOPE, SPAN_ID, TRACE_ID  # noqa: E402
@@ -294,3 +294,67 @@ def test_links_and_events_of_other_forms_are_converted_as_python_converts_them()
     assert mapped[1]["events"][0]["time_unix_nano"] == 1.5
     assert mapped[3]["events"] == [{"name": "e", "time_unix_nano": 0, "attributes": {"k": [1, 2], "n": None}}]
     assert mapped[3]["links"][0]["attributes"] == {"t": '[true,"x"]', "i": str(2**70), "b": "false"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6), st.one_of(st.none(), st.integers(0, 6)),
+                          st.one_of(st.none(), st.sampled_from([0, 1, 2.0, -1, None]))), max_size=12))
+def test_c_grouping_is_the_python_grouping(rows):
+    """Traces grouped by trace id in order of first appearance, the last
+    sampling.priority of a trace (else the default) on its local root (the
+    first span whose parent is not in the trace, else the first): C and the
+    rules in Python agree, entry for entry."""
+
+    def dd_spans():
+        made = []
+        for trace_id, span_id, parent_id, priority in rows:
+            metrics = {"m": 1.0}
+            if priority is not None:
+                metrics[otel.SAMPLING_PRIORITY_KEY] = priority
+            made.append({"trace_id": trace_id, "span_id": span_id, "parent_id": parent_id or 0,
+                         "metrics": metrics})
+        return made
+
+    expected = otel._group_traces(dd_spans())
+    got = _otel_group_traces(dd_spans(), otel.SAMPLING_PRIORITY_KEY, otel.DEFAULT_PRIORITY)
+    assert repr(got) == repr(expected)
+
+
+def test_c_grouping_refuses_what_is_no_dict_span():
+    with pytest.raises(TypeError):
+        _otel_group_traces([1], otel.SAMPLING_PRIORITY_KEY, otel.DEFAULT_PRIORITY)
+    with pytest.raises(KeyError):
+        _otel_group_traces([{"span_id": 1}], otel.SAMPLING_PRIORITY_KEY, otel.DEFAULT_PRIORITY)
+    with pytest.raises(TypeError):
+        _otel_group_traces([{"trace_id": 1, "metrics": []}], otel.SAMPLING_PRIORITY_KEY, otel.DEFAULT_PRIORITY)
+    with pytest.raises(TypeError):
+        _otel_group_traces((), otel.SAMPLING_PRIORITY_KEY, otel.DEFAULT_PRIORITY)
+
+
+def test_a_span_context_of_another_class_is_mapped_by_python():
+    """C reads the SDK's SpanContext by position and caches the SDK's
+    TraceState headers; a subclass (whose properties may answer otherwise)
+    or a trace state of another class has the span mapped by the rules in
+    Python, which read them as properties."""
+    from opentelemetry.trace import SpanContext, TraceState
+
+    class OwnContext(SpanContext):
+        @property
+        def trace_id(self):
+            return 99
+
+    class OwnState(TraceState):
+        def to_header(self):
+            return "own=1"
+
+    plain = make_span(trace_id=1, span_id=2, name="n")
+    own_context = ReadableSpan(name="c", context=OwnContext(1, 2, False), resource=Resource({}))
+    own_parent = ReadableSpan(name="p", context=plain.context, parent=OwnContext(1, 3, False),
+                              resource=Resource({}))
+    own_state = ReadableSpan(name="s", context=SpanContext(1, 2, False, trace_state=OwnState([("a", "b")])),
+                             resource=Resource({}))
+    mapped = otel._map_in_c([plain, own_context, own_parent, own_state], otel._BatchCache())
+    assert [span is None for span in mapped] == [False, True, True, True]
+    traces = otel.map_spans([own_context, own_state])
+    assert [span["trace_id"] for trace in traces for span in trace] == [99, 1]
+    assert traces[1][0]["meta"]["w3c.tracestate"] == "own=1"

@@ -1,0 +1,342 @@
+"""Links and events made in C (ext/otel_map.c: link_make, event_make,
+items_converted) against spanpack.otel's _links and _events: the same dicts,
+key order, value types and exceptions, for the SDK's forms and for inputs
+built to tell them apart (contexts that are tuples but not SpanContext,
+subclasses whose properties run code, attribute dicts changed while they are
+converted, trace states that are not the SDK's, lists mutated while they are
+iterated).  Each case builds its span twice, once for each side, so that
+code run by one side cannot change what the other sees."""
+
+from __future__ import annotations
+
+import enum
+from collections import namedtuple
+from types import MappingProxyType
+from typing import Any, Callable, List
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.attributes import BoundedAttributes  # noqa: E402
+from opentelemetry.sdk.resources import Resource  # noqa: E402
+from opentelemetry.sdk.trace import Event, ReadableSpan  # noqa: E402
+from opentelemetry.sdk.util import BoundedList  # noqa: E402
+from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState  # noqa: E402
+
+from spanpack import otel  # noqa: E402
+
+pytestmark = pytest.mark.skipif(otel._C_PLAN_PARTS is None, reason="SPANPACK_OTEL_PYTHON is set")
+
+
+def ctx(trace_id: int = 1, span_id: int = 2, state: Any = None, flags: Any = None) -> SpanContext:
+    return SpanContext(trace_id, span_id, False, TraceFlags(0) if flags is None else flags,
+                       TraceState() if state is None else state)
+
+
+def span(links: Any = (), events: Any = ()) -> ReadableSpan:
+    return ReadableSpan(name="n", context=ctx(), resource=Resource({}), links=links, events=events)
+
+
+def outcome(which: str, make: Callable[[], Any]) -> Any:
+    made = make()
+    try:
+        if which == "c":
+            dd_span = otel._map_in_c([made], otel._BatchCache())[0]
+        else:
+            dd_span = otel._span_dict(made, otel._BatchCache())
+    except Exception as error:  # noqa: BLE001 - compared below
+        return ("raised", type(error), str(error))
+    assert dd_span is not None
+    # repr: NaN equal to itself, and the types of values (str / int / bool) told apart
+    return repr([(key, dd_span.get(key)) for key in ("links", "events")]), [
+        [[(key, type(value)) for key, value in item.items()] for item in dd_span.get(key) or ()]
+        for key in ("links", "events")
+    ]
+
+
+def assert_same(make: Callable[[], Any]) -> None:
+    assert outcome("c", make) == outcome("python", make)
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+class Text(str):
+    pass
+
+
+class Digits(int):
+    pass
+
+
+class LoudFloat(float):
+    def __repr__(self) -> str:
+        return "loud"
+
+
+VALUES = {
+    "true": True, "false": False, "int": 5, "enum": Color.RED, "digits": Digits(7), "text": Text("t"),
+    "float": 1.5, "whole": 2.0, "huge": 1e300, "nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"),
+    "big": 2**70, "neg": -3, "nested": (1, (2, 3), [4]), "list": [True, None, 1.0, "q"], "none": None,
+    "loud": LoudFloat(2.5), "empty": (), "bytes": b"x",
+}  # fmt: skip
+
+
+def test_every_value_form_of_a_link_attribute():
+    assert_same(lambda: span(links=[Link(ctx(), dict(VALUES))]))
+
+
+def test_every_value_form_of_an_event_attribute():
+    assert_same(lambda: span(events=[Event("e", dict(VALUES), 5)]))
+
+
+@pytest.mark.parametrize("flags", [TraceFlags(1), TraceFlags(0), True, Color.RED, Digits(3), 255])
+def test_link_flags_of_every_int_class(flags):
+    assert_same(lambda: span(links=[Link(ctx(flags=flags), {})]))
+
+
+@pytest.mark.parametrize("state", ["none", "empty", "one", "two"])
+def test_link_trace_states(state):
+    def make():
+        states = {"none": None, "empty": TraceState(), "one": TraceState([("a", "1")]),
+                  "two": TraceState([("a", "1"), ("b", "2")])}
+        shared = states[state]
+        return span(links=[Link(SpanContext(1, 2, False, TraceFlags(0), shared), {}),
+                           Link(SpanContext(1, 3, False, TraceFlags(0), shared), {}),
+                           Link(SpanContext(1, 4, False, TraceFlags(0), TraceState([("c", "3")])), {})])
+
+    assert_same(make)
+
+
+@pytest.mark.parametrize("timestamp", [-1, 0, 1, 2**63, 2**70, -(2**70), True, False, 1.5, Digits(-4)])
+def test_event_times(timestamp):
+    assert_same(lambda: span(events=[Event("e", {"k": (1, 2)}, timestamp)]))
+
+
+def test_none_and_empty_attributes():
+    assert_same(lambda: span(links=[Link(ctx(), None), Link(ctx(), {})],
+                             events=[Event("a", None, 1), Event("b", {}, 1)]))
+
+
+def test_bounded_attributes_and_bounded_lists():
+    def make():
+        bounded = BoundedAttributes(maxlen=2, attributes={"a": 1, "b": (1, 2)}, immutable=False)
+        bounded["c"] = "three"
+        links, events = BoundedList(2), BoundedList(2)
+        for i in range(3):
+            links.append(Link(ctx(span_id=i + 1), bounded))
+            events.append(Event("e%d" % i, bounded, i))
+        return span(links=links, events=events)
+
+    assert_same(make)
+
+
+def test_odd_ids_in_a_link_context():
+    assert_same(lambda: span(links=[Link(SpanContext(-1, 2**64, False, TraceFlags(0), None), {}),
+                                    Link(SpanContext(2**128, Digits(3), False, TraceFlags(0), None), {})]))
+
+
+CtxOtherOrder = namedtuple("CtxOtherOrder", "span_id trace_id is_remote trace_flags trace_state is_valid")
+
+
+class ContextOverridingTraceId(SpanContext):
+    @property
+    def trace_id(self) -> int:
+        return 99
+
+
+class ContextOverridingGetItem(SpanContext):
+    def __getitem__(self, index: Any) -> Any:
+        return 77 if index == 0 else tuple.__getitem__(self, index)
+
+
+class TupleWithClassFields(tuple):
+    trace_id, span_id, trace_flags, trace_state = 1, 2, 0, None
+
+
+@pytest.mark.parametrize("make_context", [
+    lambda: CtxOtherOrder(2, 1, False, 0, None, True),
+    lambda: ContextOverridingTraceId(1, 2, False),
+    lambda: ContextOverridingGetItem(1, 2, False),
+    lambda: TupleWithClassFields((5, 6, False, 0, None, True)),
+])  # fmt: skip
+def test_link_contexts_that_are_six_tuples_but_not_span_contexts(make_context):
+    assert_same(lambda: span(links=[Link(make_context(), {"k": 1})]))
+
+
+def test_a_link_attribute_dict_grown_by_a_values_str():
+    def make():
+        attributes = {}
+
+        class Grows:
+            def __str__(self) -> str:
+                attributes["added"] = 1
+                return "grows"
+
+        attributes.update({"a": Grows(), "b": 1})
+        return span(links=[Link(ctx(), attributes)])
+
+    assert_same(make)
+
+
+def test_a_link_attribute_dict_changed_at_the_same_size():
+    def make():
+        attributes = {}
+
+        class Swaps:
+            def __init__(self, old: str, new: str) -> None:
+                self.old, self.new = old, new
+
+            def __str__(self) -> str:
+                if self.old in attributes:
+                    del attributes[self.old]
+                    attributes[self.new] = Swaps("a", "d")
+                return "swaps"
+
+        attributes.update({"a": Swaps("b", "c"), "b": 1})
+        return span(links=[Link(ctx(), attributes)])
+
+    assert_same(make)
+
+
+class CountingState:
+    """A trace state of another class: its truth and header asked for each link."""
+
+    def __init__(self) -> None:
+        self.truths = self.headers = 0
+
+    def __bool__(self) -> bool:
+        self.truths += 1
+        return self.truths > 1
+
+    def to_header(self) -> Any:
+        self.headers += 1
+        return "h%d" % self.headers
+
+
+def test_a_trace_state_of_another_class_is_asked_for_each_link():
+    def make():
+        state = CountingState()
+        return span(links=[Link(SpanContext(1, i, False, TraceFlags(0), state), {}) for i in range(1, 4)])
+
+    assert_same(make)
+
+
+class StateRaising:
+    def __bool__(self) -> bool:
+        raise ValueError("truth")
+
+
+class StateNonStrHeader:
+    def __bool__(self) -> bool:
+        return True
+
+    def to_header(self) -> Any:
+        return 5
+
+
+class FlagsRaising(int):
+    def __int__(self) -> int:
+        raise ValueError("int()")
+
+
+@pytest.mark.parametrize("context", [
+    lambda: SpanContext(1, 2, False, TraceFlags(0), StateRaising()),
+    lambda: SpanContext(1, 2, False, TraceFlags(0), StateNonStrHeader()),
+    lambda: SpanContext(1, 2, False, FlagsRaising(1), None),
+])  # fmt: skip
+def test_trace_states_and_flags_that_raise_or_are_odd(context):
+    assert_same(lambda: span(links=[Link(context(), {})]))
+
+
+def test_subclass_properties_run_once_when_a_later_item_is_of_another_form():
+    """An event of a subclass whose name counts its reads, then an event with a
+    float time (converted by spanpack.otel): C must not read the first event
+    before handing the list over, nor hand earlier items over again."""
+
+    def make():
+        reads: List[int] = []
+
+        class Counting(Event):
+            @property
+            def name(self) -> str:
+                reads.append(1)
+                return "n%d" % len(reads)
+
+        class CountingLink(Link):
+            @property
+            def attributes(self) -> Any:
+                reads.append(1)
+                return {"reads": len(reads)}
+
+        return span(links=[CountingLink(ctx(), {}), Link(ctx(), MappingProxyType({"m": 2}))],
+                    events=[Counting("e", {}, 1), Event("f", {}, 1.5)])
+
+    assert_same(make)
+
+
+def test_items_that_raise():
+    class LinkRaising(Link):
+        @property
+        def attributes(self) -> Any:
+            raise KeyError("attributes")
+
+    class EventRaising(Event):
+        @property
+        def timestamp(self) -> Any:
+            raise KeyError("timestamp")
+
+    assert_same(lambda: span(links=[Link(ctx(), {}), LinkRaising(ctx(), {})]))
+    assert_same(lambda: span(events=[Event("e", {}, 1), EventRaising("e", {}, 1)]))
+
+
+def test_lists_mutated_while_iterated():
+    def growing():
+        links: List[Any] = []
+
+        class Grows(Link):
+            @property
+            def attributes(self) -> Any:
+                if len(links) < 5:
+                    links.append(Link(ctx(), {"added": len(links)}))
+                return {}
+
+        links.extend([Grows(ctx(), {}), Link(ctx(), MappingProxyType({"m": 1}))])
+        return span(links=links)
+
+    def cleared():
+        links: List[Any] = []
+
+        class Clears(Link):
+            @property
+            def attributes(self) -> Any:
+                links.clear()
+                return {}
+
+        links.extend([Clears(ctx(), {}), Link(ctx(), {})])
+        return span(links=links)
+
+    def deque_mutated():
+        bounded = BoundedList(5)
+
+        class Appends(Event):
+            @property
+            def attributes(self) -> Any:
+                bounded.append(Event("late", {}, 1))
+                return {}
+
+        bounded.append(Appends("e", {}, 1))
+        bounded.append(Event("f", {}, 2))
+        return span(events=bounded)
+
+    for make in (growing, cleared, deque_mutated):
+        assert_same(make)
+
+
+def test_other_forms_mixed_with_the_sdks():
+    assert_same(lambda: span(
+        links=[Link(ctx(), {"a": 1}), Link(ctx(), MappingProxyType({"m": 2})), Link(ctx(), {"b": True})],
+        events=[Event("a", {"t": (1,)}, 1), Event("b", MappingProxyType({"t": (2,)}), 2), Event("c", {}, -5)],
+    ))  # fmt: skip
