@@ -299,7 +299,7 @@ link_id_hex(const SpFastPaths *fast_paths, PyObject *value, int bits, PyObject *
  * empty, flags when not None.  Declines what its rules would refuse or
  * judge by Python code. */
 static int
-link_fields_made(SpanWriter *w, PyObject *link, PyObject **fields)
+link_fields_made(SpanWriter *w, PyObject *link, PyObject *dropped_name, PyObject **fields)
 {
     SpanpackState *state = w->state;
     PyObject *trace_id = NULL, *span_id = NULL, *attributes = NULL, *dropped = NULL;
@@ -312,7 +312,7 @@ link_fields_made(SpanWriter *w, PyObject *link, PyObject **fields)
         result = item_field(w, link, state->str_attributes, "links", &attributes);
     }
     if (result == WRITE_DONE) {
-        result = item_field(w, link, state->str_dropped_attributes_count, "links", &dropped);
+        result = item_field(w, link, dropped_name, "links", &dropped);
     }
     if (result == WRITE_DONE) {
         result = item_field(w, link, state->str_tracestate, "links", &tracestate);
@@ -417,8 +417,22 @@ static int
 link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
 {
     *fields = NULL;
+    PyObject *dropped_name = w->state->str_dropped_attributes_count;
     if (PyDict_Check(link)) {
-        return link_fields_made(w, link, fields);
+        return link_fields_made(w, link, dropped_name, fields);
+    }
+    /* ddtrace's SpanLink: its to_dict() is the rules of link_fields_made
+     * over its fields (its dropped count kept as _dropped_attributes), read
+     * without calling it; what those rules decline, to_dict() makes. */
+    int ddtrace_link = spanfields_is_ddtrace_link(w->reader, Py_TYPE(link));
+    if (ddtrace_link < 0) {
+        return span_reraise(w, "links", NULL);
+    }
+    if (ddtrace_link) {
+        int made = link_fields_made(w, link, w->state->str_dropped_attributes, fields);
+        if (made != WRITE_DECLINED) {
+            return made;
+        }
     }
     PyObject *to_dict = PyObject_GetAttr(link, w->state->str_to_dict);
     if (to_dict == NULL) {
@@ -426,11 +440,11 @@ link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
             return span_reraise(w, "links", NULL);
         }
         PyErr_Clear();
-        return link_fields_made(w, link, fields);
+        return link_fields_made(w, link, dropped_name, fields);
     }
     if (to_dict == Py_None) {
         Py_DECREF(to_dict);
-        return link_fields_made(w, link, fields);
+        return link_fields_made(w, link, dropped_name, fields);
     }
     PyObject *result = PyObject_CallNoArgs(to_dict);
     Py_DECREF(to_dict);

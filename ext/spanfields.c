@@ -343,6 +343,7 @@ spanfields_clear(SpanFieldReader *reader)
     Py_CLEAR(reader->context_origin_name);
     Py_CLEAR(reader->origin_meta_key);
     Py_CLEAR(reader->ddtrace_context_type);
+    Py_CLEAR(reader->last_link_type);
     for (int i = 0; i < SF_COUNT; i++) {
         Py_CLEAR(reader->ddtrace_attribute[i]);
         Py_CLEAR(reader->ddtrace_accessor[i]);
@@ -375,6 +376,7 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
         }
     }
     Py_VISIT(reader->ddtrace_context_type);
+    Py_VISIT(reader->last_link_type);
     Py_VISIT(reader->ddtrace_span_type);
     Py_VISIT(reader->field_warning);
     Py_VISIT(reader->warned_types);
@@ -1884,6 +1886,89 @@ done:
     Py_XDECREF(instance_dict);
     Py_XDECREF(names);
     Py_DECREF(type);
+    return result;
+}
+
+/* The fields of ddtrace's SpanLink dataclass, all of them. */
+static const char *const DDTRACE_LINK_FIELDS[] = {"trace_id", "span_id",    "tracestate",
+                                                  "flags",    "attributes", "_dropped_attributes"};
+
+/* Does the dataclass `type` have exactly the fields of ddtrace's SpanLink?
+ * 1, 0, or -1 with an error. */
+static int
+has_ddtrace_link_fields(PyTypeObject *type)
+{
+    PyObject *fields = PyObject_GetAttrString((PyObject *)type, "__dataclass_fields__");
+    if (fields == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return 0;
+    }
+    size_t count = sizeof(DDTRACE_LINK_FIELDS) / sizeof(DDTRACE_LINK_FIELDS[0]);
+    int result = PyDict_CheckExact(fields) && PyDict_GET_SIZE(fields) == (Py_ssize_t)count;
+    for (size_t i = 0; result == 1 && i < count; i++) {
+        PyObject *name = PyUnicode_FromString(DDTRACE_LINK_FIELDS[i]);
+        result = name == NULL ? -1 : PyDict_Contains(fields, name);
+        Py_XDECREF(name);
+    }
+    Py_DECREF(fields);
+    return result;
+}
+
+/* Is `type`'s own to_dict the function ddtrace's module defines (not one
+ * put there since)?  1, 0, or -1 with an error. */
+static int
+has_ddtrace_link_to_dict(PyTypeObject *type)
+{
+    PyObject *name = PyUnicode_FromString("to_dict"), *function = NULL;
+    if (name == NULL || dict_get_ref(type->tp_dict, name, &function) < 0) {
+        Py_XDECREF(name);
+        return -1;
+    }
+    Py_DECREF(name);
+    int result = 0;
+    if (function != NULL && PyFunction_Check(function)) {
+        PyObject *module = PyFunction_GetModule(function); /* borrowed */
+        PyObject *qualname = PyObject_GetAttrString(function, "__qualname__");
+        result =
+            qualname == NULL
+                ? -1
+                : module != NULL && PyUnicode_Check(module) && PyUnicode_Check(qualname) &&
+                      PyUnicode_CompareWithASCIIString(module, "ddtrace._trace._span_link") == 0 &&
+                      PyUnicode_CompareWithASCIIString(qualname, "SpanLink.to_dict") == 0;
+        Py_XDECREF(qualname);
+    }
+    Py_XDECREF(function);
+    return result;
+}
+
+int
+spanfields_is_ddtrace_link(SpanFieldReader *reader, PyTypeObject *type)
+{
+    unsigned int tag = sp_type_version_tag(type);
+    if (type == reader->last_link_type && tag != 0 && tag == reader->last_link_version_tag) {
+        return reader->last_link_is_ddtrace;
+    }
+    Py_INCREF(type);
+    int result = class_named(type, "ddtrace._trace._span_link", "SpanLink");
+    if (result > 0) {
+        result = has_ddtrace_link_fields(type);
+    }
+    if (result > 0) {
+        result = has_ddtrace_link_to_dict(type);
+    }
+    if (result >= 0) {
+        Py_XSETREF(reader->last_link_type, type); /* (takes the reference) */
+        /* (Taken after the checks, which may run code that changes the
+         * class: then it is asked about again at the next link.) */
+        reader->last_link_version_tag = tag == sp_type_version_tag(type) ? tag : 0;
+        reader->last_link_is_ddtrace = result;
+    }
+    else {
+        Py_DECREF(type);
+    }
     return result;
 }
 

@@ -208,6 +208,15 @@ typedef struct {
     PyObject *origin_meta_key;
     PyTypeObject *ddtrace_context_type;
     int ddtrace_context_origin_in_meta;
+    /* ddtrace's pure-Python SpanLink (4.2 and 4.3: a dataclass whose
+     * to_dict() the link rules of links_events.c reproduce from its
+     * fields), found by module, name, dataclass fields and its own
+     * to_dict(): the last link class asked about (strong reference), its
+     * version tag then (a class changed since is asked about again) and the
+     * answer. */
+    PyTypeObject *last_link_type;
+    unsigned int last_link_version_tag;
+    int last_link_is_ddtrace;
     /* fields="ddtrace" was given (every class is read with ddtrace's names). */
     int ddtrace_fields;
     /* fields= names one attribute for meta and metrics: a mixed tags
@@ -391,5 +400,9 @@ int spanfields_check_strict(SpanFieldReader *reader, PyObject *span);
 
 /* The origin field of `span`, as spanfields_read_one gives it. */
 int spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value);
+
+/* Is `type` ddtrace's own SpanLink class (not a subclass: its fields and
+ * to_dict() are ddtrace's)?  1, 0, or -1 with an error. */
+int spanfields_is_ddtrace_link(SpanFieldReader *reader, PyTypeObject *type);
 
 #endif /* SPANPACK_SPANFIELDS_H */

@@ -75,6 +75,7 @@
     X(str_trace_id, "trace_id")                                                                    \
     X(str_span_id, "span_id")                                                                      \
     X(str_dropped_attributes_count, "dropped_attributes_count")                                    \
+    X(str_dropped_attributes, "_dropped_attributes")                                               \
     X(str_tracestate, "tracestate")                                                                \
     X(str_flags, "flags")
 
