@@ -515,6 +515,28 @@ one_shot_header_room(const TraceEncoderObject *self, Py_ssize_t trace_count)
     return array_header_size(trace_count);
 }
 
+/* The buffer of an encoder's first payload, with no previous one to size
+ * it: room for its spans at a generous size each (an untouched part of a
+ * large buffer costs no memory), so that it is rarely outgrown (a bytes
+ * buffer outgrown is copied twice).  Lists and tuples are counted; any
+ * other trace counts for one span (its length could run code). */
+#define FIRST_PAYLOAD_MIN (16 * 1024)
+#define FIRST_PAYLOAD_BYTES_PER_SPAN 384
+static Py_ssize_t
+first_payload_capacity(PyObject *items)
+{
+    Py_ssize_t spans = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
+        PyObject *trace = PySequence_Fast_GET_ITEM(items, i);
+        spans += PyList_Check(trace) || PyTuple_Check(trace) ? Py_SIZE(trace) : 1;
+        if (spans > MAX_SIZE_HINT / FIRST_PAYLOAD_BYTES_PER_SPAN) {
+            return MAX_SIZE_HINT;
+        }
+    }
+    Py_ssize_t capacity = spans * FIRST_PAYLOAD_BYTES_PER_SPAN;
+    return capacity > FIRST_PAYLOAD_MIN ? capacity : FIRST_PAYLOAD_MIN;
+}
+
 static PyObject *
 trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
 {
@@ -533,7 +555,7 @@ trace_encoder_encode_traces(TraceEncoderObject *self, PyObject *traces)
     PyObject *result = NULL;
     /* Start at the size of this encoder's previous payload: similar calls
      * then never grow the buffer. */
-    Py_ssize_t capacity = self->size_hint > 0 ? self->size_hint : 16 * 1024;
+    Py_ssize_t capacity = self->size_hint > 0 ? self->size_hint : first_payload_capacity(items);
     if (encoder_payload_init(self, &payload, capacity, one_shot_header_room(self, count)) < 0) {
         Py_DECREF(items);
         return NULL;
