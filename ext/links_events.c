@@ -298,27 +298,50 @@ link_id_hex(const SpFastPaths *fast_paths, PyObject *value, int bits, PyObject *
  * to text, dropped_attributes_count when above 0, tracestate when not
  * empty, flags when not None.  Declines what its rules would refuse or
  * judge by Python code. */
+/* One of a ddtrace SpanLink's fields (`ddtrace`), which its to_dict() reads
+ * as attributes: one it lacks declines (to_dict() raises its
+ * AttributeError); else item_field. */
 static int
-link_fields_made(SpanWriter *w, PyObject *link, PyObject *dropped_name, PyObject **fields)
+link_field(SpanWriter *w, PyObject *link, PyObject *name, int ddtrace, PyObject **value)
+{
+    if (!ddtrace) {
+        return item_field(w, link, name, "links", value);
+    }
+    *value = PyObject_GetAttr(link, name);
+    if (*value != NULL) {
+        return WRITE_DONE;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return span_reraise(w, "links", NULL);
+    }
+    PyErr_Clear();
+    return WRITE_DECLINED;
+}
+
+static int
+link_fields_made(SpanWriter *w, PyObject *link, int ddtrace, PyObject **fields)
 {
     SpanpackState *state = w->state;
     PyObject *trace_id = NULL, *span_id = NULL, *attributes = NULL, *dropped = NULL;
     PyObject *tracestate = NULL, *flags = NULL, *made = NULL, *text = NULL;
-    int result = item_field(w, link, state->str_trace_id, "links", &trace_id);
+    /* ddtrace's SpanLink keeps its dropped count as _dropped_attributes. */
+    PyObject *dropped_name =
+        ddtrace ? state->str_dropped_attributes : state->str_dropped_attributes_count;
+    int result = link_field(w, link, state->str_trace_id, ddtrace, &trace_id);
     if (result == WRITE_DONE) {
-        result = item_field(w, link, state->str_span_id, "links", &span_id);
+        result = link_field(w, link, state->str_span_id, ddtrace, &span_id);
     }
     if (result == WRITE_DONE) {
-        result = item_field(w, link, state->str_attributes, "links", &attributes);
+        result = link_field(w, link, state->str_attributes, ddtrace, &attributes);
     }
     if (result == WRITE_DONE) {
-        result = item_field(w, link, dropped_name, "links", &dropped);
+        result = link_field(w, link, dropped_name, ddtrace, &dropped);
     }
     if (result == WRITE_DONE) {
-        result = item_field(w, link, state->str_tracestate, "links", &tracestate);
+        result = link_field(w, link, state->str_tracestate, ddtrace, &tracestate);
     }
     if (result == WRITE_DONE) {
-        result = item_field(w, link, state->str_flags, "links", &flags);
+        result = link_field(w, link, state->str_flags, ddtrace, &flags);
     }
     if (result != WRITE_DONE) {
         goto done;
@@ -365,6 +388,10 @@ link_fields_made(SpanWriter *w, PyObject *link, PyObject *dropped_name, PyObject
             goto done;
         }
         Py_DECREF(flat);
+    }
+    if (dropped == Py_None && ddtrace) {
+        result = WRITE_DECLINED; /* to_dict() compares it with 0: a TypeError */
+        goto done;
     }
     if (dropped != Py_None) {
         uint64_t count;
@@ -417,19 +444,18 @@ static int
 link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
 {
     *fields = NULL;
-    PyObject *dropped_name = w->state->str_dropped_attributes_count;
     if (PyDict_Check(link)) {
-        return link_fields_made(w, link, dropped_name, fields);
+        return link_fields_made(w, link, 0, fields);
     }
     /* ddtrace's SpanLink: its to_dict() is the rules of link_fields_made
      * over its fields (its dropped count kept as _dropped_attributes), read
      * without calling it; what those rules decline, to_dict() makes. */
-    int ddtrace_link = spanfields_is_ddtrace_link(w->reader, Py_TYPE(link));
+    int ddtrace_link = spanfields_is_ddtrace_link(w->reader, link);
     if (ddtrace_link < 0) {
         return span_reraise(w, "links", NULL);
     }
     if (ddtrace_link) {
-        int made = link_fields_made(w, link, w->state->str_dropped_attributes, fields);
+        int made = link_fields_made(w, link, 1, fields);
         if (made != WRITE_DECLINED) {
             return made;
         }
@@ -440,11 +466,11 @@ link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
             return span_reraise(w, "links", NULL);
         }
         PyErr_Clear();
-        return link_fields_made(w, link, dropped_name, fields);
+        return link_fields_made(w, link, 0, fields);
     }
     if (to_dict == Py_None) {
         Py_DECREF(to_dict);
-        return link_fields_made(w, link, dropped_name, fields);
+        return link_fields_made(w, link, 0, fields);
     }
     PyObject *result = PyObject_CallNoArgs(to_dict);
     Py_DECREF(to_dict);

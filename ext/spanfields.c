@@ -344,6 +344,11 @@ spanfields_clear(SpanFieldReader *reader)
     Py_CLEAR(reader->origin_meta_key);
     Py_CLEAR(reader->ddtrace_context_type);
     Py_CLEAR(reader->last_link_type);
+    for (int i = 0; i < SF_LINK_FUNCTIONS; i++) {
+        Py_CLEAR(reader->link_name[i]);
+        Py_CLEAR(reader->link_function[i]);
+        Py_CLEAR(reader->link_code[i]);
+    }
     for (int i = 0; i < SF_COUNT; i++) {
         Py_CLEAR(reader->ddtrace_attribute[i]);
         Py_CLEAR(reader->ddtrace_accessor[i]);
@@ -377,6 +382,10 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
     }
     Py_VISIT(reader->ddtrace_context_type);
     Py_VISIT(reader->last_link_type);
+    for (int i = 0; i < SF_LINK_FUNCTIONS; i++) {
+        Py_VISIT(reader->link_function[i]);
+        Py_VISIT(reader->link_code[i]);
+    }
     Py_VISIT(reader->ddtrace_span_type);
     Py_VISIT(reader->field_warning);
     Py_VISIT(reader->warned_types);
@@ -1917,39 +1926,148 @@ has_ddtrace_link_fields(PyTypeObject *type)
     return result;
 }
 
-/* Is `type`'s own to_dict the function ddtrace's module defines (not one
- * put there since)?  1, 0, or -1 with an error. */
+/* Is `function` the function `name` that the module `module`'s own source
+ * defines: a Python function whose globals are that module's (their
+ * __name__), whose code is named `name` and was compiled from that module's
+ * __file__?  A wrapper (functools.wraps copies __module__ and
+ * __qualname__), a function from elsewhere or one whose __code__ was
+ * replaced is not.  1, 0, or -1 with an error. */
 static int
-has_ddtrace_link_to_dict(PyTypeObject *type)
+is_module_function(PyObject *function, const char *module, const char *name)
 {
-    PyObject *name = PyUnicode_FromString("to_dict"), *function = NULL;
-    if (name == NULL || dict_get_ref(type->tp_dict, name, &function) < 0) {
-        Py_XDECREF(name);
-        return -1;
+    if (function == NULL || !PyFunction_Check(function)) {
+        return 0;
     }
-    Py_DECREF(name);
-    int result = 0;
-    if (function != NULL && PyFunction_Check(function)) {
-        PyObject *module = PyFunction_GetModule(function); /* borrowed */
-        PyObject *qualname = PyObject_GetAttrString(function, "__qualname__");
-        result =
-            qualname == NULL
-                ? -1
-                : module != NULL && PyUnicode_Check(module) && PyUnicode_Check(qualname) &&
-                      PyUnicode_CompareWithASCIIString(module, "ddtrace._trace._span_link") == 0 &&
-                      PyUnicode_CompareWithASCIIString(qualname, "SpanLink.to_dict") == 0;
-        Py_XDECREF(qualname);
+    PyObject *globals = PyFunction_GET_GLOBALS(function);
+    PyCodeObject *code = (PyCodeObject *)PyFunction_GET_CODE(function);
+    if (!PyDict_Check(globals) || !PyUnicode_Check(code->co_name) ||
+        PyUnicode_CompareWithASCIIString(code->co_name, name) != 0) {
+        return 0;
     }
-    Py_XDECREF(function);
+    PyObject *module_name = NULL, *file = NULL;
+    Py_INCREF(globals);
+    int result = -1;
+    PyObject *name_key = PyUnicode_InternFromString("__name__");
+    PyObject *file_key = PyUnicode_InternFromString("__file__");
+    if (name_key == NULL || file_key == NULL || dict_get_ref(globals, name_key, &module_name) < 0 ||
+        dict_get_ref(globals, file_key, &file) < 0) {
+        goto done;
+    }
+    result = module_name != NULL && PyUnicode_Check(module_name) &&
+             PyUnicode_CompareWithASCIIString(module_name, module) == 0 && file != NULL &&
+             PyUnicode_CheckExact(file) && PyUnicode_CheckExact(code->co_filename);
+    if (result) {
+        result = PyUnicode_Compare(file, code->co_filename);
+        result = result == -1 && PyErr_Occurred() ? -1 : result == 0;
+    }
+done:
+    Py_XDECREF(name_key);
+    Py_XDECREF(file_key);
+    Py_XDECREF(module_name);
+    Py_XDECREF(file);
+    Py_DECREF(globals);
+    return result;
+}
+
+static const char *const DDTRACE_LINK_FUNCTION_NAMES[SF_LINK_FUNCTIONS] = {
+    "to_dict", "flatten_key_value", "is_sequence"};
+static const char *const DDTRACE_LINK_FUNCTION_MODULES[SF_LINK_FUNCTIONS] = {
+    "ddtrace._trace._span_link", "ddtrace.internal.utils.formats",
+    "ddtrace.internal.utils.formats"};
+
+/* The function named `reader->link_name[i]` in `namespace` (a class's or a
+ * function's globals), when it is ddtrace's own (is_module_function).
+ * 1 with *function a new reference, 0, or -1 with an error. */
+static int
+ddtrace_link_function(SpanFieldReader *reader, PyObject *namespace, int i, PyObject **function)
+{
+    *function = NULL;
+    if (!PyDict_Check(namespace) || dict_get_ref(namespace, reader->link_name[i], function) < 0) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    int result = is_module_function(*function, DDTRACE_LINK_FUNCTION_MODULES[i],
+                                    DDTRACE_LINK_FUNCTION_NAMES[i]);
+    if (result <= 0) {
+        Py_CLEAR(*function);
+    }
+    return result;
+}
+
+/* Are `type`'s own to_dict and the flatten_key_value and is_sequence it
+ * calls ddtrace's own functions?  Kept in the reader (with their code) to
+ * be checked again at each link.  1, 0, or -1 with an error. */
+static int
+has_ddtrace_link_functions(SpanFieldReader *reader, PyTypeObject *type)
+{
+    for (int i = 0; i < SF_LINK_FUNCTIONS; i++) {
+        if (reader->link_name[i] == NULL) {
+            reader->link_name[i] = PyUnicode_InternFromString(DDTRACE_LINK_FUNCTION_NAMES[i]);
+            if (reader->link_name[i] == NULL) {
+                return -1;
+            }
+        }
+    }
+    PyObject *found[SF_LINK_FUNCTIONS] = {NULL};
+    PyObject *type_dict = Py_NewRef(type->tp_dict);
+    int result = ddtrace_link_function(reader, type_dict, 0, &found[0]);
+    Py_DECREF(type_dict);
+    for (int i = 1; result > 0 && i < SF_LINK_FUNCTIONS; i++) {
+        result = ddtrace_link_function(reader, PyFunction_GET_GLOBALS(found[i - 1]), i, &found[i]);
+    }
+    for (int i = 0; i < SF_LINK_FUNCTIONS; i++) {
+        Py_XSETREF(reader->link_function[i], result > 0 ? Py_NewRef(found[i]) : NULL);
+        Py_XSETREF(reader->link_code[i],
+                   result > 0 ? Py_NewRef(PyFunction_GET_CODE(found[i])) : NULL);
+        Py_XDECREF(found[i]);
+    }
+    return result;
+}
+
+/* Is `link`'s to_dict still the function found with its class (not one in
+ * the instance's __dict__), and are it and the functions it calls still the
+ * same functions with the same code?  1, 0, or -1 with an error. */
+static int
+ddtrace_link_unchanged(SpanFieldReader *reader, PyObject *link)
+{
+    if (reader->link_function[0] == NULL) {
+        return 0;
+    }
+    for (int i = 0; i < SF_LINK_FUNCTIONS; i++) {
+        if (PyFunction_GET_CODE(reader->link_function[i]) != reader->link_code[i]) {
+            return 0;
+        }
+    }
+    for (int i = 1; i < SF_LINK_FUNCTIONS; i++) {
+        PyObject *now = NULL;
+        PyObject *globals = Py_NewRef(PyFunction_GET_GLOBALS(reader->link_function[i - 1]));
+        int found = dict_get_ref(globals, reader->link_name[i], &now);
+        Py_DECREF(globals);
+        if (found < 0) {
+            return -1;
+        }
+        Py_XDECREF(now); /* (only compared) */
+        if (now == NULL || now != reader->link_function[i]) {
+            return 0;
+        }
+    }
+    PyObject *method = PyObject_GetAttr(link, reader->link_name[0]);
+    if (method == NULL) {
+        return -1; /* as link.to_dict() would raise */
+    }
+    int result = PyMethod_Check(method) &&
+                 PyMethod_GET_FUNCTION(method) == reader->link_function[0] &&
+                 PyMethod_GET_SELF(method) == link;
+    Py_DECREF(method);
     return result;
 }
 
 int
-spanfields_is_ddtrace_link(SpanFieldReader *reader, PyTypeObject *type)
+spanfields_is_ddtrace_link(SpanFieldReader *reader, PyObject *link)
 {
+    PyTypeObject *type = Py_TYPE(link);
     unsigned int tag = sp_type_version_tag(type);
     if (type == reader->last_link_type && tag != 0 && tag == reader->last_link_version_tag) {
-        return reader->last_link_is_ddtrace;
+        return reader->last_link_is_ddtrace ? ddtrace_link_unchanged(reader, link) : 0;
     }
     Py_INCREF(type);
     int result = class_named(type, "ddtrace._trace._span_link", "SpanLink");
@@ -1957,7 +2075,7 @@ spanfields_is_ddtrace_link(SpanFieldReader *reader, PyTypeObject *type)
         result = has_ddtrace_link_fields(type);
     }
     if (result > 0) {
-        result = has_ddtrace_link_to_dict(type);
+        result = has_ddtrace_link_functions(reader, type);
     }
     if (result >= 0) {
         Py_XSETREF(reader->last_link_type, type); /* (takes the reference) */
@@ -1967,9 +2085,11 @@ spanfields_is_ddtrace_link(SpanFieldReader *reader, PyTypeObject *type)
         reader->last_link_is_ddtrace = result;
     }
     else {
+        reader->last_link_version_tag = 0; /* (its functions may be gone) */
+        reader->last_link_is_ddtrace = 0;
         Py_DECREF(type);
     }
-    return result;
+    return result > 0 ? ddtrace_link_unchanged(reader, link) : result;
 }
 
 int

@@ -78,6 +78,9 @@ _Static_assert((SF_PREFETCHED_FIELDS & ~SF_PER_SPAN_FIELDS) == 0,
                "only per-span fields are prefetched");
 
 /* Protocol name of each field (also the dict key). */
+/* ddtrace's SpanLink.to_dict and the functions it calls (spanfields_is_ddtrace_link). */
+#define SF_LINK_FUNCTIONS 3
+
 extern const char *const span_field_names[SF_COUNT];
 /* ddtrace Span attribute of each field (fields="ddtrace"). */
 extern const char *const span_field_ddtrace_attributes[SF_COUNT];
@@ -217,6 +220,12 @@ typedef struct {
     PyTypeObject *last_link_type;
     unsigned int last_link_version_tag;
     int last_link_is_ddtrace;
+    /* When it is: its to_dict and the flatten_key_value and is_sequence
+     * that calls (ddtrace's own functions, found in their modules' globals)
+     * and their code then, checked again at each link, with their names. */
+    PyObject *link_name[SF_LINK_FUNCTIONS];
+    PyObject *link_function[SF_LINK_FUNCTIONS];
+    PyObject *link_code[SF_LINK_FUNCTIONS];
     /* fields="ddtrace" was given (every class is read with ddtrace's names). */
     int ddtrace_fields;
     /* fields= names one attribute for meta and metrics: a mixed tags
@@ -401,8 +410,10 @@ int spanfields_check_strict(SpanFieldReader *reader, PyObject *span);
 /* The origin field of `span`, as spanfields_read_one gives it. */
 int spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value);
 
-/* Is `type` ddtrace's own SpanLink class (not a subclass: its fields and
- * to_dict() are ddtrace's)?  1, 0, or -1 with an error. */
-int spanfields_is_ddtrace_link(SpanFieldReader *reader, PyTypeObject *type);
+/* Is `link` of ddtrace's own SpanLink class (not a subclass: its fields and
+ * to_dict() are ddtrace's), its to_dict() ddtrace's function (not one set
+ * on the instance, a wrapper or new code) and the module functions that
+ * calls ddtrace's?  1, 0, or -1 with an error. */
+int spanfields_is_ddtrace_link(SpanFieldReader *reader, PyObject *link);
 
 #endif /* SPANPACK_SPANFIELDS_H */
