@@ -251,38 +251,15 @@ static int
 link_id_hex(const SpFastPaths *fast_paths, PyObject *value, int bits, PyObject **hex)
 {
     uint64_t high = 0, low;
-    int negative;
     if (!PyLong_CheckExact(value)) {
         return WRITE_DECLINED;
     }
-    int wide = pyint_as_u128(fast_paths, value, &high, &low);
-    if (wide >= 0) {
-        if (wide > 0 || (bits == 64 && high != 0)) {
-            return WRITE_DECLINED; /* negative, or wider than the id */
-        }
+    int wide = pyint_u128(fast_paths, value, &high, &low);
+    if (wide < 0) {
+        return WRITE_ERROR;
     }
-    else if (pyint_magnitude64_api(value, &low, &negative) == 0) {
-        if (negative && low != 0) {
-            return WRITE_DECLINED;
-        }
-    }
-    else if (bits == 64 || pyint_sign(value) < 0) {
-        return WRITE_DECLINED;
-    }
-    else {
-        /* 64 to 128 bits: the high half by a shift (ids this wide are rare). */
-        low = PyLong_AsUnsignedLongLongMask(value);
-        PyObject *shift = PyLong_FromLong(64);
-        PyObject *upper = shift != NULL ? PyNumber_Rshift(value, shift) : NULL;
-        Py_XDECREF(shift);
-        if (upper == NULL) {
-            return WRITE_ERROR;
-        }
-        int wider = pyint_magnitude64_api(upper, &high, &negative);
-        Py_DECREF(upper);
-        if (wider) {
-            return WRITE_DECLINED;
-        }
+    if (wide > 0 || (bits == 64 && high != 0)) {
+        return WRITE_DECLINED; /* negative, or wider than the id */
     }
     char text[32];
     if (bits == 128) {

@@ -264,8 +264,6 @@ typedef struct {
      * fields read (InPlaceFields). */
     const SpFastPaths *fast_paths;
     InPlaceFields span_fields, status_fields, attributes_fields, list_fields;
-    /* A link's trace state and its header (both held), the last one's. */
-    PyObject *last_link_trace_state, *link_trace_state_header;
     /* The int 0, held. */
     PyObject *zero;
     /* lowered_format's last answer (both held) and its format. */
@@ -284,8 +282,6 @@ mapper_clear(OtelMapper *m)
     Py_CLEAR(m->attributes_fields.type);
     Py_CLEAR(m->list_fields.type);
     Py_CLEAR(m->lowered_text);
-    Py_CLEAR(m->last_link_trace_state);
-    Py_CLEAR(m->link_trace_state_header);
     Py_CLEAR(m->zero);
     Py_CLEAR(m->lowered);
     Py_CLEAR(m->last_type);
@@ -1129,6 +1125,26 @@ items_length(PyObject *items)
     return items == Py_None ? 0 : PyObject_Length(items);
 }
 
+/* Attributes (stolen) as spanpack.otel's _plain gives them to iterate (a
+ * new reference; NULL with an error): None as a new empty dict, the SDK's
+ * BoundedAttributes by the dict it keeps (read in place), else themselves. */
+static PyObject *
+attributes_plain(OtelMapper *m, PyObject *attributes)
+{
+    static const int dict_name[] = {A_DICT};
+    if (attributes == Py_None) {
+        Py_DECREF(attributes);
+        return PyDict_New();
+    }
+    if ((PyObject *)Py_TYPE(attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
+        PyObject *dict;
+        int rc = inplace_read(m, &m->attributes_fields, attributes, dict_name, 1, &dict);
+        Py_DECREF(attributes);
+        return rc < 0 ? NULL : dict;
+    }
+    return attributes;
+}
+
 /* Rule 17: 1 when an event is named exactly "exception", 0 when none, -1 on error. */
 static int
 has_exception_event(OtelMapper *m, PyObject *events)
@@ -1187,9 +1203,8 @@ exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
         }
         if (rc == 0 && exception) {
             event_attributes = PyObject_GetAttr(event, NAME(m, A_EVENT_ATTRIBUTES));
-            if (event_attributes != NULL &&
-                (PyObject *)Py_TYPE(event_attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
-                Py_SETREF(event_attributes, PyObject_GetAttr(event_attributes, NAME(m, A_DICT)));
+            if (event_attributes != NULL) {
+                event_attributes = attributes_plain(m, event_attributes);
             }
             rc = event_attributes == NULL ? -1 : 0;
         }
@@ -1222,24 +1237,15 @@ exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
     return rc < 0 || PyErr_Occurred() ? -1 : 0;
 }
 
-/* dd_span[key] = the plan's converter at item applied to items. */
-/* An item's attributes as spanpack.otel's _plain gives them to iterate
- * (new reference): None as a new empty dict, the SDK's BoundedAttributes by
- * the dict it keeps; NULL with no error when that is no exact dict (then
- * spanpack.otel converts the list), NULL with an error on failure. */
+/* An item's attributes as attributes_plain gives them; NULL with no error
+ * when that is no exact dict (then spanpack.otel converts the list), NULL
+ * with an error on failure. */
 static PyObject *
 plain_attributes(OtelMapper *m, PyObject *item)
 {
-    static const int dict_name[] = {A_DICT};
     PyObject *attributes = PyObject_GetAttr(item, NAME(m, A_EVENT_ATTRIBUTES));
-    if (attributes == Py_None) {
-        Py_SETREF(attributes, PyDict_New());
-    }
-    else if (attributes != NULL &&
-             (PyObject *)Py_TYPE(attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
-        PyObject *dict;
-        int rc = inplace_read(m, &m->attributes_fields, attributes, dict_name, 1, &dict);
-        Py_SETREF(attributes, rc < 0 ? NULL : dict);
+    if (attributes != NULL) {
+        attributes = attributes_plain(m, attributes);
     }
     if (attributes != NULL && !PyDict_CheckExact(attributes)) {
         Py_CLEAR(attributes);
@@ -1265,15 +1271,17 @@ link_value_text(OtelMapper *m, PyObject *value)
     return PyObject_CallOneArg(PLAN(m, PLAN_TEXT), value);
 }
 
-/* A link's trace state header as spanpack.otel writes it: "" for a state
- * that is false (None, empty), else its to_header(); the last one's kept. */
+/* A trace state's header as spanpack.otel writes it (a link's tracestate,
+ * a span's w3c.tracestate when not empty): "" for a state that is false
+ * (empty), else its to_header(); the last one's kept.  A new reference, or
+ * NULL with an error. */
 static PyObject *
-link_trace_state_header(OtelMapper *m, PyObject *state)
+trace_state_header(OtelMapper *m, PyObject *state)
 {
     /* (Only the SDK's TraceState is immutable: another class's truth and
      * header are asked for each link, as spanpack.otel asks.) */
     int cacheable = (PyObject *)Py_TYPE(state) == ITEM_TYPE(m, ITEM_TRACE_STATE);
-    if (!cacheable || state != m->last_link_trace_state || m->link_trace_state_header == NULL) {
+    if (!cacheable || state != m->last_trace_state || m->trace_state_header == NULL) {
         int truth = PyObject_IsTrue(state);
         PyObject *header = truth < 0    ? NULL
                            : truth == 0 ? Py_NewRef(NAME(m, V_EMPTY))
@@ -1284,10 +1292,10 @@ link_trace_state_header(OtelMapper *m, PyObject *state)
         if (!cacheable) {
             return header;
         }
-        Py_XSETREF(m->link_trace_state_header, header);
-        Py_XSETREF(m->last_link_trace_state, Py_NewRef(state));
+        Py_XSETREF(m->trace_state_header, header);
+        Py_XSETREF(m->last_trace_state, Py_NewRef(state));
     }
-    return Py_NewRef(m->link_trace_state_header);
+    return Py_NewRef(m->trace_state_header);
 }
 
 /* One link as spanpack.otel's _links makes it (a new dict in *out), or
@@ -1344,7 +1352,7 @@ link_make(OtelMapper *m, PyObject *link, PyObject **out)
         }
     }
     PyObject *state = PyTuple_GET_ITEM(context, 4);
-    header = state == Py_None ? Py_NewRef(NAME(m, V_EMPTY)) : link_trace_state_header(m, state);
+    header = state == Py_None ? Py_NewRef(NAME(m, V_EMPTY)) : trace_state_header(m, state);
     flags = header == NULL ? NULL : PyNumber_Long(PyTuple_GET_ITEM(context, 3));
     if (flags == NULL || (dict = PyDict_New()) == NULL ||
         PyDict_SetItem(dict, NAME(m, F_TRACE_ID), PyTuple_GET_ITEM(context, 0)) < 0 ||
@@ -1490,6 +1498,7 @@ items_converted(OtelMapper *m, int item, PyObject *items)
     return made;
 }
 
+/* dd_span[key] = the span's links or events as items_converted makes them. */
 static int
 set_converted(OtelMapper *m, PyObject *dd_span, int key, int item, PyObject *items)
 {
@@ -1528,7 +1537,6 @@ sdk_fields_clear(SdkFields *f)
 static int
 sdk_fields_read(OtelMapper *m, PyObject *span, SdkFields *f)
 {
-    static const int dict_name[] = {A_DICT};
     static const int status_names[] = {A_STATUS_CODE, A_DESCRIPTION};
     PyObject **all = (PyObject **)f;
     if (inplace_read(m, &m->span_fields, span, sdk_field_names, SDK_FIELD_COUNT, all) < 0) {
@@ -1538,19 +1546,8 @@ sdk_fields_read(OtelMapper *m, PyObject *span, SdkFields *f)
         PyErr_Clear();
         return 0;
     }
-    if (f->attributes == Py_None) {
-        Py_SETREF(f->attributes, PyDict_New());
-        if (f->attributes == NULL) {
-            return -1;
-        }
-    }
-    else if ((PyObject *)Py_TYPE(f->attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES)) {
-        PyObject *dict;
-        int rc = inplace_read(m, &m->attributes_fields, f->attributes, dict_name, 1, &dict);
-        Py_SETREF(f->attributes, rc < 0 ? NULL : dict);
-        if (f->attributes == NULL) {
-            return -1;
-        }
+    if ((f->attributes = attributes_plain(m, f->attributes)) == NULL) {
+        return -1;
     }
     if (!PyDict_Check(f->attributes)) {
         return 0;
@@ -1601,27 +1598,6 @@ time_ns(PyObject *value, long long *out)
         return -1;
     }
     return overflow ? 0 : 1;
-}
-
-/* The trace state's header, the last one's kept (new reference; NULL on error). */
-static PyObject *
-trace_state_header(OtelMapper *m, PyObject *state)
-{
-    if (state != m->last_trace_state || m->trace_state_header == NULL) {
-        /* (an empty state's header is "": written only when not empty) */
-        PyObject *header = PyObject_CallMethodNoArgs(state, NAME(m, A_TO_HEADER));
-        if (header == NULL) {
-            return NULL;
-        }
-        if (!PyUnicode_Check(header)) {
-            Py_DECREF(header);
-            PyErr_SetString(PyExc_TypeError, "spanpack.otel: a trace state header must be str");
-            return NULL;
-        }
-        Py_XSETREF(m->trace_state_header, header);
-        Py_XSETREF(m->last_trace_state, Py_NewRef(state));
-    }
-    return Py_NewRef(m->trace_state_header);
 }
 
 /* A tag of rules 8-11 on a meta that holds the resource's and the scope's
@@ -1964,36 +1940,17 @@ map_span(OtelMapper *m, PyObject *span)
         }
         PyObject *trace_id = PyTuple_GET_ITEM(f.context, 0);
         uint64_t low, high;
-        int wide = pyint_as_u128(m->fast_paths, trace_id, &high, &low);
-        if (wide < 0) { /* (its digits not read in place here: by the C API) */
-            low = PyLong_AsUnsignedLongLongMask(trace_id);
-            if (low == (unsigned long long)-1 && PyErr_Occurred()) {
-                goto done;
-            }
-            PyObject *sixty_four = PyLong_FromLong(64); /* (a cached small int) */
-            PyObject *high_int = sixty_four == NULL ? NULL : PyNumber_Rshift(trace_id, sixty_four);
-            Py_XDECREF(sixty_four);
-            if (high_int == NULL) {
-                goto done;
-            }
-            high = PyLong_AsUnsignedLongLong(high_int);
-            Py_DECREF(high_int);
-            wide = high == (unsigned long long)-1 && PyErr_Occurred();
-            if (wide && !PyErr_ExceptionMatches(PyExc_OverflowError)) {
-                goto done;
-            }
-            PyErr_Clear();
+        int wide = pyint_u128(m->fast_paths, trace_id, &high, &low);
+        if (wide < 0) {
+            goto done;
         }
         if (wide) { /* not a 128-bit id: the rules in Python say what it becomes */
             result = Py_NewRef(Py_None);
             goto done;
         }
         char hex[32];
-        static const char digits[] = "0123456789abcdef";
-        for (int i = 0; i < 16; i++) {
-            hex[15 - i] = digits[(high >> (4 * i)) & 0xF];
-            hex[31 - i] = digits[(low >> (4 * i)) & 0xF];
-        }
+        hex64_put(hex, high);
+        hex64_put(hex + 16, low);
         PyObject *hex_text = PyUnicode_FromStringAndSize(hex, 32);
         int rc = hex_text == NULL ? -1 : PyDict_SetItem(meta, NAME(m, K_OTEL_TRACE_ID), hex_text);
         Py_XDECREF(hex_text);
@@ -2046,6 +2003,10 @@ map_span(OtelMapper *m, PyObject *span)
         PyObject *state = PyTuple_GET_ITEM(f.context, 4);
         if (state != Py_None) {
             PyObject *header = trace_state_header(m, state);
+            if (header != NULL && !PyUnicode_Check(header)) {
+                PyErr_SetString(PyExc_TypeError, "spanpack.otel: a trace state header must be str");
+                Py_CLEAR(header);
+            }
             int rc = header == NULL
                          ? -1
                          : (is_empty_text(header)

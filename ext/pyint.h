@@ -161,6 +161,49 @@ pyint_as_u128(const SpFastPaths *fast, PyObject *value, uint64_t *high, uint64_t
     return 0;
 }
 
+/* `value` (an int) as an unsigned 128-bit int in two halves: in place
+ * where pyint_as_u128 can, else through the C API (the high half by a
+ * shift, as ids this wide are rare there).  Returns 0; 1 when negative or
+ * beyond 128 bits; -1 with an error (the shift's). */
+static inline int
+pyint_u128(const SpFastPaths *fast, PyObject *value, uint64_t *high, uint64_t *low)
+{
+    int wide = pyint_as_u128(fast, value, high, low);
+    if (wide >= 0) {
+        return wide;
+    }
+    if (pyint_sign(value) < 0) {
+        return 1;
+    }
+    int negative;
+    if (pyint_magnitude64_api(value, low, &negative) == 0) {
+        *high = 0;
+        return 0;
+    }
+    PyObject *shift = PyLong_FromLong(64);
+    PyObject *upper = shift != NULL ? PyNumber_Rshift(value, shift) : NULL;
+    Py_XDECREF(shift);
+    if (upper == NULL) {
+        return -1;
+    }
+    wide = !PyLong_Check(upper) || pyint_magnitude64_api(upper, high, &negative) != 0 || negative;
+    Py_DECREF(upper);
+    if (wide) {
+        return 1;
+    }
+    *low = (uint64_t)PyLong_AsUnsignedLongLongMask(value);
+    return *low == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* `value` as 16 lowercase hex digits (as "{:016x}" writes it) at `p`. */
+static inline void
+hex64_put(char *p, uint64_t value)
+{
+    for (int i = 15; i >= 0; i--, value >>= 4) {
+        p[i] = "0123456789abcdef"[value & 0xf];
+    }
+}
+
 /* `value` as an unsigned 64-bit int: 0, or 1 when negative or too large. */
 static inline int
 pyint_as_u64(const SpFastPaths *fast, PyObject *value, uint64_t *out)

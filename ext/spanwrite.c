@@ -612,34 +612,12 @@ read_trace_id(SpanWriter *w, PyObject *value, TraceInfo *info)
         return 0;
     }
     /* Beyond 64 bits (or negative): split a 128-bit id into its halves. */
-    int wide =
-        pyint_as_u128(&w->state->fast_paths, value, &info->trace_id_high, &info->trace_id_low);
-    if (wide == 0) {
-        return 0;
-    }
+    int wide = pyint_u128(&w->state->fast_paths, value, &info->trace_id_high, &info->trace_id_low);
     if (wide > 0) {
         return span_error(w, PyExc_ValueError, "trace_id", NULL,
                           "%R is outside the unsigned 128-bit range", value);
     }
-    PyObject *shift = PyLong_FromLong(64);
-    PyObject *high = shift ? PyNumber_Rshift(value, shift) : NULL;
-    Py_XDECREF(shift);
-    if (high == NULL) {
-        return -1;
-    }
-    unsigned long long high_bits = PyLong_AsUnsignedLongLong(high);
-    Py_DECREF(high);
-    if (high_bits == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return span_error(w, PyExc_ValueError, "trace_id", NULL,
-                          "%R is outside the unsigned 128-bit range", value);
-    }
-    info->trace_id_low = PyLong_AsUnsignedLongLongMask(value);
-    if (info->trace_id_low == (unsigned long long)-1 && PyErr_Occurred()) {
-        return -1;
-    }
-    info->trace_id_high = high_bits;
-    return 0;
+    return wide;
 }
 
 int

@@ -191,15 +191,6 @@ void trace_info_release(TraceInfo *info);
 /* Does `meta` (a dict) lack the `_dd.p.tid` key? */
 int meta_lacks_trace_id_high(SpanWriter *w, PyObject *meta, int *lacks);
 
-/* `value` as 16 lowercase hex digits (as "{:016x}" writes it) at `p`. */
-static inline void
-hex64_put(char *p, uint64_t value)
-{
-    for (int i = 15; i >= 0; i--, value >>= 4) {
-        p[i] = "0123456789abcdef"[value & 0xf];
-    }
-}
-
 /* 16 lowercase hex digits of the high half of a 128-bit trace id. */
 PyObject *trace_id_high_hex(uint64_t high);
 
