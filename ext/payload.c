@@ -678,6 +678,23 @@ payload_append(PayloadBuilder *payload, EncodedPart *part)
     return 0;
 }
 
+int
+payload_append_taking(PayloadBuilder *payload, EncodedPart *part)
+{
+    /* (v0.5's own first-trace swap, append_adopting, is chosen by its
+     * forecast, which only put()'s parts have.) */
+    if (payload->version == 4 && payload->trace_count == 0 && payload->header_room == 0 &&
+        payload->body.bytes == NULL && outbuf_len(&payload->body) == 0 &&
+        part->body.bytes == NULL) {
+        OutBuf body = payload->body;
+        payload->body = part->body;
+        part->body = body;
+        payload->trace_count = 1;
+        return 0;
+    }
+    return payload_append(payload, part);
+}
+
 /* The headers in front of the traces: for v0.5 `92` and the string table,
  * then the traces' array header; for v1.0 see v10_put_prefix. */
 static void

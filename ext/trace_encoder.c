@@ -781,7 +781,7 @@ append_encoded(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, int
     }
     Py_ssize_t size_before = buffered_size(self);
     PayloadMark mark = payload_mark(&self->current);
-    if (payload_append(&self->current, part) < 0) {
+    if (payload_append_taking(&self->current, part) < 0) {
         return NULL;
     }
     Py_ssize_t growth = buffered_size(self) - size_before;
@@ -797,7 +797,7 @@ append_encoded(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, int
         if (buffer_payload_init(self, &next) < 0) {
             return NULL;
         }
-        if (payload_append(&next, part) < 0) {
+        if (payload_append_taking(&next, part) < 0) {
             payload_free(&next);
             return NULL;
         }
@@ -813,6 +813,10 @@ append_encoded(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, int
         }
         else {
             payload_release_part(&self->current, mark, part);
+            /* A refused first trace may have left its buffer with the
+             * payload (payload_append_taking): kept no larger than put()
+             * keeps its own. */
+            outbuf_shrink_capacity(&self->current.body, RETAINED_BUFFER);
         }
         if (counted) {
             int reason = too_large ? REFUSED_TOO_LARGE : REFUSED_BUFFER_FULL;

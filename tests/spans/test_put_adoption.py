@@ -325,3 +325,34 @@ def test_v05_long_strings_table_not_kept_after_encode():
             assert kept < 2_000_000, (cycle, kept)
     finally:
         tracemalloc.stop()
+
+
+def test_v04_first_trace_taken_whole_and_refused_one_not_kept():
+    """v0.4 put() gives an empty payload its first trace's buffer instead of
+    a copy.  The payload is the same as encode_traces() makes, and a first
+    trace refused as too large does not leave its (large) buffer with the
+    payload: the idle encoder stays small."""
+    def trace(t, n, pad):
+        return [make_span(t, i + 1, resource="%d-%05d" % (t, i) + "x" * pad) for i in range(n)]
+
+    e = TraceMsgPackEncoder("v0.4", max_item_size=1_000_000, max_size=100 << 20)
+    first, second = trace(1, 50, 10), trace(2, 3, 10)
+    e.put(first)
+    e.put(second)
+    assert e.encode() == [(one_shot("v0.4", [first, second]), 2)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        for cycle in range(3):
+            big = trace(10 + cycle, 200, 20_000)  # about 4 MB: over max_item_size
+            with pytest.raises(BufferItemTooLarge):
+                e.put(big)
+            del big
+            gc.collect()
+            kept = tracemalloc.get_traced_memory()[0] - baseline
+            assert kept < 2_500_000, (cycle, kept)
+            e.put(second)
+            assert e.encode() == [(one_shot("v0.4", [second]), 1)]
+    finally:
+        tracemalloc.stop()
