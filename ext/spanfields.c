@@ -1805,6 +1805,27 @@ spanfields_read_one(SpanFieldReader *reader, PyObject *span, SpanField field, Py
     return 0;
 }
 
+/* Does ddtrace's Context class `type` give dd_origin as `_meta`'s
+ * "_dd.origin" entry?  Its pure-Python property returns
+ * `self._meta.get("_dd.origin")`, and so does the native class's getter
+ * (ddtrace 4.1x, Rust: `get_dd_origin` looks the key up in the dict its
+ * `_meta` getter returns); `_meta` must then be read as such a getter too.
+ * Any other dd_origin (a future one that computes it) is asked itself. */
+static int
+origin_read_from_meta(SpanFieldReader *reader, PyTypeObject *type)
+{
+    PyObject *origin = Py_XNewRef(_PyType_Lookup(type, reader->context_origin_name));
+    PyObject *meta = Py_XNewRef(_PyType_Lookup(type, reader->context_meta_name));
+    int in_meta =
+        origin != NULL && (Py_IS_TYPE(origin, &PyProperty_Type) ||
+                           (Py_IS_TYPE(origin, &PyGetSetDescr_Type) && meta != NULL &&
+                            Py_IS_TYPE(meta, &PyGetSetDescr_Type) &&
+                            PyDescr_TYPE(meta) == PyDescr_TYPE(origin)));
+    Py_XDECREF(origin);
+    Py_XDECREF(meta);
+    return in_meta;
+}
+
 /* Is `type` ddtrace's own Context class (whose dd_origin property returns
  * `_meta["_dd.origin"]`, or a native getter)?  A subclass or look-alike
  * could override that property, so anything else is asked through it.  1,
@@ -1820,10 +1841,7 @@ is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
     }
     int result = class_named(type, "ddtrace._trace.context", "Context");
     if (result > 0 && reader->ddtrace_context_type == NULL) {
-        PyObject *origin = Py_XNewRef(_PyType_Lookup(type, reader->context_origin_name));
-        reader->ddtrace_context_origin_in_meta =
-            origin != NULL && Py_IS_TYPE(origin, &PyProperty_Type);
-        Py_XDECREF(origin);
+        reader->ddtrace_context_origin_in_meta = origin_read_from_meta(reader, type);
         reader->ddtrace_context_type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     }
     return result;

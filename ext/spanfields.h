@@ -202,8 +202,8 @@ typedef struct {
      * the origin is read from the context in hand: from its `_meta` dict,
      * which is what its dd_origin property returns, without running that
      * property, where dd_origin is a Python property (a pure-Python
-     * Context), else (a native Context, whose `_meta` builds a dict at each
-     * read) as its `dd_origin`.  The names, and the Context class once recognised (strong
+     * Context) or the native getter that reads `_meta` (origin_read_from_meta),
+     * else as its `dd_origin`.  The names, and the Context class once recognised (strong
      * reference; NULL otherwise) with which way it is read. */
     PyObject *context_name;
     PyObject *context_meta_name;
