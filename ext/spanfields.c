@@ -1232,6 +1232,23 @@ resolve_ddtrace_fields(SpanFieldReader *reader, PyTypeObject *type, FieldAccess 
     return 0;
 }
 
+/* Is a ddtrace span class's trace_id read by the getter of ddtrace's native
+ * SpanData, which returns its Rust u128 as an int (ddtrace's
+ * src/native/span/span_data.rs)?  1, 0, or -1 with an error. */
+static int
+native_trace_id(const FieldAccess *access, int *failed)
+{
+    if (access->source != FIELD_GETSET) {
+        return 0;
+    }
+    int result =
+        class_named(PyDescr_TYPE(access->object), "ddtrace.internal.native._native", "SpanData");
+    if (result < 0) {
+        *failed = -1;
+    }
+    return result;
+}
+
 /* The layout of `type`, from the cache or resolved now (from `span`, an
  * instance, or NULL: the first span of a class is checked for misnamed
  * fields).  Resolving may run Python code (a key's __eq__ in a class
@@ -1294,8 +1311,10 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     for (int i = 1; i < SF_COUNT; i++) {
         classify_attribute(type, attributes[i], &access[i], &offsets[i]);
     }
+    int trace_id_is_int = 0;
     if (check_mapped_names(reader, type, access, failed) < 0 ||
         (ddtrace_span && resolve_ddtrace_fields(reader, type, access, failed) < 0) ||
+        (ddtrace_span && (trace_id_is_int = native_trace_id(&access[SF_TRACE_ID], failed)) < 0) ||
         (!ddtrace_span && warn_other_names(reader, type, span, attributes, failed) < 0)) {
         for (int i = 0; i < SF_COUNT; i++) {
             Py_XDECREF(access[i].object);
@@ -1321,6 +1340,7 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     memcpy(layout->offset, offsets, sizeof offsets);
     layout->attributes = attributes;
     layout_index(&reader->fast_paths, layout, type, attributes);
+    layout->trace_id_is_int = trace_id_is_int;
     layout->type = type;       /* takes the reference held above */
     layout->watched_count = 0; /* `previous` releases what it watched */
     int watchable = watch_object_types(layout);
@@ -1439,7 +1459,10 @@ read_direct_calls(const SpanFieldReader *reader, const SpanTypeLayout *layout, P
             return 0;
         }
         PyObject *value;
-        if (layout->direct_get[i] != NULL) {
+        if (i == SF_TRACE_ID && layout->trace_id_is_int) {
+            value = PyLong_FromLong(0); /* (checked to be an int, never written) */
+        }
+        else if (layout->direct_get[i] != NULL) {
             value = layout->direct_get[i](span, layout->direct_closure[i]);
         }
         else {

@@ -21,7 +21,8 @@
  *               value, read from a trace's first span only); these form one
  *               run, SF_FIRST_PER_SPAN..SF_LAST_PER_SPAN (trace_id is read
  *               from every span to check it, though only the first span's is
- *               written, as ddtrace writes it);
+ *               written, as ddtrace writes it; not where the class's getter
+ *               always gives an int: SpanTypeLayout.trace_id_is_int);
  *   prefetched: a per-span field whose value is worth loading ahead (ids,
  *               times, text and tag dicts are distinct objects per span;
  *               error, meta_struct, links and events are nearly always shared
@@ -166,6 +167,11 @@ typedef struct {
      * and their guards): its function (a getset's getter with its closure,
      * or a method's), owned by the descriptors the layout holds. */
     uint32_t direct_fields;
+    /* trace_id is the getter of ddtrace's native SpanData (a Rust u128, so
+     * always an int): a direct read skips the call, as only the first span's
+     * value is written (read for the trace: trace_info_read) and the others'
+     * are only checked to be ints; 0 otherwise. */
+    int trace_id_is_int;
     getter direct_get[SF_COUNT];
     void *direct_closure[SF_COUNT];
     PyCFunction direct_method[SF_COUNT];

@@ -227,3 +227,21 @@ def test_subclass_of_ddtrace_span_is_read_like_span(finished_traces):
     for version in ("v0.4", "v0.5"):
         expected = ddtrace_payload(version, [[span]])
         assert_all_paths_equal(expected, spanpack_paths(version, [[span]]))
+
+
+@pytest.mark.skipif(not _native(), reason="ddtrace's native spans only")
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_trace_id_overridden_by_a_subclass_is_checked_on_every_span(version):
+    """Native spans' trace_id getter (ddtrace's own, always an int) is not
+    called for each span; a subclass whose trace_id is its own property is
+    read and checked at every span, the first one included."""
+    cls = _subclass_with("trace_id", property(lambda self: "not an int" if self.span_id == 3 else 9))
+    spans = [cls("op", service="svc", trace_id=9, span_id=i) for i in (1, 2, 3)]
+    for span in spans:
+        span.finish()
+    with pytest.raises(TypeError, match=r"span 2.*trace_id"):
+        spanpack.TraceMsgPackEncoder(version).encode_traces([spans])
+    first_bad = [cls("op", service="svc", trace_id=9, span_id=3)]
+    first_bad[0].finish()
+    with pytest.raises(TypeError, match="trace_id"):
+        spanpack.TraceMsgPackEncoder(version).encode_traces([first_bad])
