@@ -683,9 +683,11 @@ payload_append_taking(PayloadBuilder *payload, EncodedPart *part)
 {
     /* (v0.5's own first-trace swap, append_adopting, is chosen by its
      * forecast, which only put()'s parts have.) */
+    /* (Not when the payload's buffer is the larger: the next traces would
+     * grow the part's, and the part would keep the room they need.) */
     if (payload->version == 4 && payload->trace_count == 0 && payload->header_room == 0 &&
         payload->body.bytes == NULL && outbuf_len(&payload->body) == 0 &&
-        part->body.bytes == NULL) {
+        part->body.bytes == NULL && outbuf_capacity(&part->body) >= outbuf_capacity(&payload->body)) {
         OutBuf body = payload->body;
         payload->body = part->body;
         part->body = body;

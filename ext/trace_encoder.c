@@ -24,6 +24,11 @@
  * on every put() cost 5-10% of the call in realloc copies; a larger trace's
  * buffers are given back. */
 #define RETAINED_BUFFER (1024 * 1024)
+/* What a v0.4 encoder keeps of a sealed payload's buffer for its next
+ * payload (recycle_body): payloads up to this size (AgentWriter's default
+ * max_payload_size is 5 MiB) are then built without growing a buffer from
+ * fresh memory each time. */
+#define RETAINED_PAYLOAD_BUFFER (4 * RETAINED_BUFFER)
 #define MAX_SIZE_HINT (32 * 1024 * 1024)
 
 /* A payload's string table (v0.5, v1.0) is kept for the encoder's next
@@ -705,6 +710,28 @@ raise_limit(PyObject *exception, Py_ssize_t size, const char *limit_name, Py_ssi
 /* Finish the current payload into the sealed list and continue with `next`,
  * which the encoder then owns (on failure `next` is freed and the encoder is
  * unchanged: the current payload is only dropped once its entry is listed). */
+/* A sealed v0.4 payload's buffer (its bytes already copied out) starts the
+ * empty `next` in place of next's new one, kept up to
+ * RETAINED_PAYLOAD_BUFFER: a payload's first trace then either takes the
+ * scratch part's buffer when that is the larger, the scratch getting this
+ * one (payload_append_taking), or is copied into it; neither buffer is
+ * grown again from fresh memory for each payload. */
+static void
+recycle_body(TraceEncoderObject *self, PayloadBuilder *next)
+{
+    PayloadBuilder *sealed = &self->current;
+    if (self->version != 4 || next->trace_count != 0 || next->header_room != 0 ||
+        outbuf_len(&next->body) != 0 || next->body.bytes != NULL || sealed->body.bytes != NULL ||
+        sealed->header_room != 0 || outbuf_capacity(&sealed->body) <= outbuf_capacity(&next->body)) {
+        return;
+    }
+    OutBuf body = sealed->body;
+    sealed->body = next->body;
+    next->body = body;
+    outbuf_truncate(&next->body, 0);
+    outbuf_shrink_capacity(&next->body, RETAINED_PAYLOAD_BUFFER);
+}
+
 static int
 seal_current(TraceEncoderObject *self, PayloadBuilder *next, PyObject *next_traces /* stolen */)
 {
@@ -736,6 +763,7 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next, PyObject *next_trac
         goto error;
     }
     Py_DECREF(entry);
+    recycle_body(self, next);
     encoder_payload_free(self, &self->current);
     self->current = *next;
     self->sealed_size += size;

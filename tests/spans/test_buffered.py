@@ -912,6 +912,13 @@ def test_lenient_drop_after_new_strings(version):
 # Memory is given back
 
 
+# What an encoder keeps after encode(): its put() scratch buffers (about
+# 1 MiB), and for v0.4 the sealed payload's buffer, up to 4 MiB, which the
+# next payload is built in (so that put() does not grow one from fresh memory
+# for every payload).
+KEPT_AFTER_ENCODE = {"v0.4": 2_000_000 + (4 << 20), "v0.5": 2_000_000}
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_memory_released_after_encode(version):
     value = "m" * 10_000
@@ -936,7 +943,7 @@ def test_memory_released_after_encode(version):
         del payloads
         gc.collect()
         after = tracemalloc.get_traced_memory()[0]
-        assert after - baseline < 2_000_000, (baseline, filled, after)
+        assert after - baseline < KEPT_AFTER_ENCODE[version], (baseline, filled, after)
 
         # one huge trace: its encoding buffer is not kept either
         e.put(huge)
@@ -945,7 +952,7 @@ def test_memory_released_after_encode(version):
         del out
         gc.collect()
         after_huge = tracemalloc.get_traced_memory()[0]
-        assert after_huge - baseline < 2_000_000, (baseline, after_huge)
+        assert after_huge - baseline < KEPT_AFTER_ENCODE[version], (baseline, after_huge)
 
         # a fresh put afterwards costs what it cost at the start
         e.put(traces[0])
