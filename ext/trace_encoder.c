@@ -710,26 +710,27 @@ raise_limit(PyObject *exception, Py_ssize_t size, const char *limit_name, Py_ssi
 /* Finish the current payload into the sealed list and continue with `next`,
  * which the encoder then owns (on failure `next` is freed and the encoder is
  * unchanged: the current payload is only dropped once its entry is listed). */
-/* A sealed v0.4 payload's buffer (its bytes already copied out) starts the
- * empty `next` in place of next's new one, kept up to
- * RETAINED_PAYLOAD_BUFFER: a payload's first trace then either takes the
- * scratch part's buffer when that is the larger, the scratch getting this
- * one (payload_append_taking), or is copied into it; neither buffer is
- * grown again from fresh memory for each payload. */
+/* A sealed v0.4 payload's buffer (its bytes already copied out) of up to
+ * RETAINED_PAYLOAD_BUFFER starts the empty `next` in place of next's new
+ * one: a payload's first trace then either takes the scratch part's buffer
+ * when that is the larger, the scratch getting this one
+ * (payload_append_taking), or is copied into it; neither buffer is grown
+ * again from fresh memory for each payload.  A larger buffer is freed (kept
+ * and shrunk, it made glibc map every large payload afresh). */
 static void
 recycle_body(TraceEncoderObject *self, PayloadBuilder *next)
 {
     PayloadBuilder *sealed = &self->current;
     if (self->version != 4 || next->trace_count != 0 || next->header_room != 0 ||
         outbuf_len(&next->body) != 0 || next->body.bytes != NULL || sealed->body.bytes != NULL ||
-        sealed->header_room != 0 || outbuf_capacity(&sealed->body) <= outbuf_capacity(&next->body)) {
+        sealed->header_room != 0 || outbuf_capacity(&sealed->body) <= outbuf_capacity(&next->body) ||
+        outbuf_capacity(&sealed->body) > RETAINED_PAYLOAD_BUFFER) {
         return;
     }
     OutBuf body = sealed->body;
     sealed->body = next->body;
     next->body = body;
     outbuf_truncate(&next->body, 0);
-    outbuf_shrink_capacity(&next->body, RETAINED_PAYLOAD_BUFFER);
 }
 
 static int
