@@ -1234,15 +1234,20 @@ resolve_ddtrace_fields(SpanFieldReader *reader, PyTypeObject *type, FieldAccess 
 
 /* Is a ddtrace span class's trace_id read by the getter of ddtrace's native
  * SpanData, which returns its Rust u128 as an int (ddtrace's
- * src/native/span/span_data.rs)?  1, 0, or -1 with an error. */
+ * src/native/span/span_data.rs; the class is in ddtrace.internal._native up
+ * to 4.9, ddtrace.internal.native._native in 4.16)?  1, 0, or -1 with an
+ * error. */
 static int
 native_trace_id(const FieldAccess *access, int *failed)
 {
     if (access->source != FIELD_GETSET) {
         return 0;
     }
-    int result =
-        class_named(PyDescr_TYPE(access->object), "ddtrace.internal.native._native", "SpanData");
+    PyTypeObject *owner = PyDescr_TYPE(access->object);
+    int result = class_named(owner, "ddtrace.internal.native._native", "SpanData");
+    if (result == 0) {
+        result = class_named(owner, "ddtrace.internal._native", "SpanData");
+    }
     if (result < 0) {
         *failed = -1;
     }
