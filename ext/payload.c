@@ -683,11 +683,16 @@ payload_append_taking(PayloadBuilder *payload, EncodedPart *part)
 {
     /* (v0.5's own first-trace swap, append_adopting, is chosen by its
      * forecast, which only put()'s parts have.) */
-    /* (Not when the payload's buffer is the larger: the next traces would
-     * grow the part's, and the part would keep the room they need.) */
+    /* Only between buffers of about the same size: a larger payload buffer
+     * (one kept from the last payload) is where the next traces go, and a
+     * much smaller one (a new payload's) would leave the part to grow again
+     * from fresh memory for the next trace. */
+    Py_ssize_t part_capacity = outbuf_capacity(&part->body);
+    Py_ssize_t payload_capacity = outbuf_capacity(&payload->body);
     if (payload->version == 4 && payload->trace_count == 0 && payload->header_room == 0 &&
         payload->body.bytes == NULL && outbuf_len(&payload->body) == 0 &&
-        part->body.bytes == NULL && outbuf_capacity(&part->body) >= outbuf_capacity(&payload->body)) {
+        part->body.bytes == NULL && part_capacity >= payload_capacity &&
+        payload_capacity >= part_capacity / 2) {
         OutBuf body = payload->body;
         payload->body = part->body;
         part->body = body;

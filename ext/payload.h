@@ -121,8 +121,8 @@ int payload_encode_table_entry(void *arg, PyObject *key, OutBuf *out);
 int payload_append(PayloadBuilder *payload, EncodedPart *part);
 /* payload_append for put()'s part, which is emptied right after: the first
  * trace of an empty v0.4 payload takes the part's body as the payload's
- * (swapped, not copied; the part gets the payload's empty one) unless the
- * payload's is the larger buffer. */
+ * (swapped, not copied; the part gets the payload's empty one) when the two
+ * buffers are of about the same size (see recycle_body). */
 int payload_append_taking(PayloadBuilder *payload, EncodedPart *part);
 
 /* The finished payload as bytes.  The builder must be freed afterwards
