@@ -1844,11 +1844,10 @@ origin_read_from_meta(SpanFieldReader *reader, PyTypeObject *type)
 {
     PyObject *origin = Py_XNewRef(_PyType_Lookup(type, reader->context_origin_name));
     PyObject *meta = Py_XNewRef(_PyType_Lookup(type, reader->context_meta_name));
-    int in_meta =
-        origin != NULL && (Py_IS_TYPE(origin, &PyProperty_Type) ||
-                           (Py_IS_TYPE(origin, &PyGetSetDescr_Type) && meta != NULL &&
-                            Py_IS_TYPE(meta, &PyGetSetDescr_Type) &&
-                            PyDescr_TYPE(meta) == PyDescr_TYPE(origin)));
+    int in_meta = origin != NULL && (Py_IS_TYPE(origin, &PyProperty_Type) ||
+                                     (Py_IS_TYPE(origin, &PyGetSetDescr_Type) && meta != NULL &&
+                                      Py_IS_TYPE(meta, &PyGetSetDescr_Type) &&
+                                      PyDescr_TYPE(meta) == PyDescr_TYPE(origin)));
     Py_XDECREF(origin);
     Py_XDECREF(meta);
     return in_meta;

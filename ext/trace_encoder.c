@@ -723,7 +723,8 @@ recycle_body(TraceEncoderObject *self, PayloadBuilder *next)
     PayloadBuilder *sealed = &self->current;
     if (self->version != 4 || next->trace_count != 0 || next->header_room != 0 ||
         outbuf_len(&next->body) != 0 || next->body.bytes != NULL || sealed->body.bytes != NULL ||
-        sealed->header_room != 0 || outbuf_capacity(&sealed->body) <= outbuf_capacity(&next->body) ||
+        sealed->header_room != 0 ||
+        outbuf_capacity(&sealed->body) <= outbuf_capacity(&next->body) ||
         outbuf_capacity(&sealed->body) > RETAINED_PAYLOAD_BUFFER) {
         return;
     }
