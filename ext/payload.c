@@ -681,12 +681,12 @@ payload_append(PayloadBuilder *payload, EncodedPart *part)
 int
 payload_append_taking(PayloadBuilder *payload, EncodedPart *part)
 {
-    /* (v0.5's own first-trace swap, append_adopting, is chosen by its
-     * forecast, which only put()'s parts have.) */
     /* Only between buffers of about the same size: a larger payload buffer
      * (one kept from the last payload) is where the next traces go, and a
      * much smaller one (a new payload's) would leave the part to grow again
-     * from fresh memory for the next trace. */
+     * from fresh memory for the next trace.  (v0.5's own first-trace swap,
+     * append_adopting, is chosen by its forecast, which only put()'s parts
+     * have.) */
     Py_ssize_t part_capacity = outbuf_capacity(&part->body);
     Py_ssize_t payload_capacity = outbuf_capacity(&payload->body);
     if (payload->version == 4 && payload->trace_count == 0 && payload->header_room == 0 &&

@@ -707,13 +707,10 @@ raise_limit(PyObject *exception, Py_ssize_t size, const char *limit_name, Py_ssi
     return NULL;
 }
 
-/* Finish the current payload into the sealed list and continue with `next`,
- * which the encoder then owns (on failure `next` is freed and the encoder is
- * unchanged: the current payload is only dropped once its entry is listed). */
 /* A sealed v0.4 payload's buffer (its bytes already copied out) of up to
  * RETAINED_PAYLOAD_BUFFER starts the empty `next` in place of next's new
  * one: a payload's first trace then either takes the scratch part's buffer
- * when that is the larger, the scratch getting this one
+ * when the two are of about the same size, the scratch getting this one
  * (payload_append_taking), or is copied into it; neither buffer is grown
  * again from fresh memory for each payload.  A larger buffer is freed (kept
  * and shrunk, it made glibc map every large payload afresh). */
@@ -734,6 +731,9 @@ recycle_body(TraceEncoderObject *self, PayloadBuilder *next)
     outbuf_truncate(&next->body, 0);
 }
 
+/* Finish the current payload into the sealed list and continue with `next`,
+ * which the encoder then owns (on failure `next` is freed and the encoder is
+ * unchanged: the current payload is only dropped once its entry is listed). */
 static int
 seal_current(TraceEncoderObject *self, PayloadBuilder *next, PyObject *next_traces /* stolen */)
 {
