@@ -37,6 +37,7 @@
     X(A_DQ, "_dq")                                                                                 \
     X(A_STATUS_CODE, "_status_code")                                                               \
     X(A_DESCRIPTION, "_description")                                                               \
+    X(A_TIMESTAMP, "_timestamp")                                                                   \
     X(A_TO_HEADER, "to_header")                                                                    \
     X(A_LOWER, "lower")                                                                            \
     X(A_EVENT_NAME, "name")                                                                        \
@@ -216,7 +217,8 @@ enum {
 };
 
 /* PLAN_ITEM_TYPES, item by item: the SDK's classes whose properties only
- * return a field (reading them runs no other code). */
+ * return a field (reading them runs no other code); Link and Event are read
+ * from those fields (item_property), or are a class no item has. */
 enum { ITEM_SPAN_CONTEXT, ITEM_LINK, ITEM_EVENT, ITEM_TRACE_STATE, ITEM_TYPES_SIZE };
 #define ITEM_TYPE(m, which) PyTuple_GET_ITEM(PLAN(m, PLAN_ITEM_TYPES), which)
 
@@ -260,10 +262,11 @@ typedef struct {
      * made again when either values_for answer changes (values_made counts). */
     PyObject *base_meta;
     unsigned long values_made, base_made;
-    /* Where the span's, its status's and its attributes' classes keep the
-     * fields read (InPlaceFields). */
+    /* Where the classes of the span, its status, its attributes, its lists
+     * and the SDK's events and links keep the fields read (InPlaceFields). */
     const SpFastPaths *fast_paths;
-    InPlaceFields span_fields, status_fields, attributes_fields, list_fields;
+    InPlaceFields span_fields, status_fields, attributes_fields, list_fields, event_fields,
+        link_fields;
     /* The int 0, held. */
     PyObject *zero;
     /* lowered_format's last answer (both held) and its format. */
@@ -281,6 +284,8 @@ mapper_clear(OtelMapper *m)
     Py_CLEAR(m->status_fields.type);
     Py_CLEAR(m->attributes_fields.type);
     Py_CLEAR(m->list_fields.type);
+    Py_CLEAR(m->event_fields.type);
+    Py_CLEAR(m->link_fields.type);
     Py_CLEAR(m->lowered_text);
     Py_CLEAR(m->zero);
     Py_CLEAR(m->lowered);
@@ -1145,6 +1150,40 @@ attributes_plain(OtelMapper *m, PyObject *attributes)
     return attributes;
 }
 
+/* The SDK's Event and Link keep what their properties return in fields of
+ * their own (spanpack.otel proves it on the running SDK, or gives classes no
+ * item can have): an Event's name, timestamp and attributes, a Link's
+ * context and attributes. */
+enum { EVENT_NAME, EVENT_TIMESTAMP, EVENT_ATTRIBUTES, EVENT_FIELDS };
+enum { LINK_CONTEXT, LINK_ATTRIBUTES, LINK_FIELDS };
+static const int event_field_names[EVENT_FIELDS] = {A_NAME, A_TIMESTAMP, A_ATTRIBUTES};
+static const int event_properties[EVENT_FIELDS] = {A_EVENT_NAME, A_EVENT_TIMESTAMP,
+                                                   A_EVENT_ATTRIBUTES};
+static const int link_field_names[LINK_FIELDS] = {A_CONTEXT, A_ATTRIBUTES};
+static const int link_properties[LINK_FIELDS] = {A_LINK_CONTEXT, A_EVENT_ATTRIBUTES};
+
+/* One property of an event or a link (`is_link`) as a new reference, NULL
+ * with an error: for the SDK's own class the field it returns, read with
+ * the class's other fields (in place where its values array holds them:
+ * no Python frame per property); for another class the property itself. */
+static PyObject *
+item_property(OtelMapper *m, PyObject *item, int is_link, int which)
+{
+    if ((PyObject *)Py_TYPE(item) != ITEM_TYPE(m, is_link ? ITEM_LINK : ITEM_EVENT)) {
+        int property = is_link ? link_properties[which] : event_properties[which];
+        return PyObject_GetAttr(item, NAME(m, property));
+    }
+    PyObject *fields[EVENT_FIELDS] = {NULL, NULL, NULL};
+    int count = is_link ? LINK_FIELDS : EVENT_FIELDS;
+    int rc = is_link ? inplace_read(m, &m->link_fields, item, link_field_names, count, fields)
+                     : inplace_read(m, &m->event_fields, item, event_field_names, count, fields);
+    PyObject *value = rc < 0 ? NULL : Py_NewRef(fields[which]);
+    for (int i = 0; i < count; i++) {
+        Py_XDECREF(fields[i]);
+    }
+    return value;
+}
+
 /* Rule 17: 1 when an event is named exactly "exception", 0 when none, -1 on error. */
 static int
 has_exception_event(OtelMapper *m, PyObject *events)
@@ -1156,7 +1195,7 @@ has_exception_event(OtelMapper *m, PyObject *events)
     int found = 0;
     PyObject *event;
     while (found == 0 && (event = PyIter_Next(iterator)) != NULL) {
-        PyObject *name = PyObject_GetAttr(event, NAME(m, A_EVENT_NAME));
+        PyObject *name = item_property(m, event, 0, EVENT_NAME);
         Py_DECREF(event);
         if (name == NULL) {
             found = -1;
@@ -1189,7 +1228,7 @@ exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
     int rc = 0;
     PyObject *event;
     while (rc == 0 && (event = PyIter_Next(iterator)) != NULL) {
-        PyObject *name = PyObject_GetAttr(event, NAME(m, A_EVENT_NAME));
+        PyObject *name = item_property(m, event, 0, EVENT_NAME);
         PyObject *lower = name == NULL ? NULL : PyObject_CallMethodNoArgs(name, NAME(m, A_LOWER));
         PyObject *event_attributes = NULL;
         int exception = 0;
@@ -1202,7 +1241,7 @@ exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
             exception = other == 0;
         }
         if (rc == 0 && exception) {
-            event_attributes = PyObject_GetAttr(event, NAME(m, A_EVENT_ATTRIBUTES));
+            event_attributes = item_property(m, event, 0, EVENT_ATTRIBUTES);
             if (event_attributes != NULL) {
                 event_attributes = attributes_plain(m, event_attributes);
             }
@@ -1241,9 +1280,10 @@ exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
  * when that is no exact dict (then spanpack.otel converts the list), NULL
  * with an error on failure. */
 static PyObject *
-plain_attributes(OtelMapper *m, PyObject *item)
+plain_attributes(OtelMapper *m, PyObject *item, int is_link)
 {
-    PyObject *attributes = PyObject_GetAttr(item, NAME(m, A_EVENT_ATTRIBUTES));
+    PyObject *attributes =
+        item_property(m, item, is_link, is_link ? LINK_ATTRIBUTES : EVENT_ATTRIBUTES);
     if (attributes != NULL) {
         attributes = attributes_plain(m, attributes);
     }
@@ -1308,7 +1348,7 @@ link_make(OtelMapper *m, PyObject *link, PyObject **out)
     PyObject *attributes = NULL, *converted = NULL, *header = NULL, *flags = NULL, *dict = NULL;
     PyObject *key, *value;
     int rc = -1;
-    PyObject *context = PyObject_GetAttr(link, NAME(m, A_LINK_CONTEXT));
+    PyObject *context = item_property(m, link, 1, LINK_CONTEXT);
     if (context == NULL) {
         goto done;
     }
@@ -1320,7 +1360,7 @@ link_make(OtelMapper *m, PyObject *link, PyObject **out)
         rc = 0;
         goto done;
     }
-    if ((attributes = plain_attributes(m, link)) == NULL) {
+    if ((attributes = plain_attributes(m, link, 1)) == NULL) {
         rc = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
@@ -1386,12 +1426,12 @@ event_make(OtelMapper *m, PyObject *event, PyObject **out)
     int rc = -1;
     PyObject *name = NULL;
     /* (Read in the order spanpack.otel reads them.) */
-    if ((attributes = plain_attributes(m, event)) == NULL) {
+    if ((attributes = plain_attributes(m, event, 0)) == NULL) {
         rc = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
-    if ((name = PyObject_GetAttr(event, NAME(m, A_EVENT_NAME))) == NULL ||
-        (timestamp = PyObject_GetAttr(event, NAME(m, A_EVENT_TIMESTAMP))) == NULL) {
+    if ((name = item_property(m, event, 0, EVENT_NAME)) == NULL ||
+        (timestamp = item_property(m, event, 0, EVENT_TIMESTAMP)) == NULL) {
         goto done;
     }
     if (!PyLong_CheckExact(timestamp)) {

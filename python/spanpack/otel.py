@@ -749,6 +749,36 @@ except ImportError:  # no SDK: every span is read through its properties
     _ENUM_VALUES = {}
 
 
+class _NoItem:
+    """(A class no link or event has: ext/otel_map.c reads none in place.)"""
+
+
+_LINK_PROPERTIES = ("context", "attributes")
+_EVENT_PROPERTIES = ("name", "timestamp", "attributes")
+
+
+def _properties_of(cls: type, names: Sequence[str]) -> Tuple[Any, ...]:
+    return tuple(getattr(cls, name, None) for name in names)
+
+
+def _items_read_from_fields() -> Tuple[type, type]:
+    """The SDK's Link and Event, for ext/otel_map.c to read from the fields
+    their properties return (``_context``, ``_attributes``; ``_name``,
+    ``_timestamp``, ``_attributes``), once shown on instances made here; a
+    class whose properties return anything else is read through them."""
+    context = _SpanContext(1, 2, False)
+    attributes = {"probe": 1}
+    link = _Link(context, attributes)
+    event = _Event("probe", attributes, 3)
+    try:
+        link_fields = link._context is link.context and link._attributes is link.attributes
+        event_fields = (event._name is event.name and event._timestamp is event.timestamp
+                        and event._attributes is event.attributes)  # fmt: skip
+    except AttributeError:
+        link_fields = event_fields = False
+    return (_Link if link_fields else _NoItem), (_Event if event_fields else _NoItem)
+
+
 # What ext/otel_map.c's plan holds besides the batch's own values (its PLAN_* order).
 _C_PLAN_PARTS: Optional[Tuple[Any, ...]] = None
 if _ReadableSpan is not None and not os.environ.get("SPANPACK_OTEL_PYTHON"):
@@ -763,11 +793,28 @@ if _ReadableSpan is not None and not os.environ.get("SPANPACK_OTEL_PYTHON"):
         _BoundedAttributes,
         _BoundedList,
         _event_value_text,
-        # the classes whose links and events ext/otel_map.c makes itself
-        (_SpanContext, _Link, _Event, _TraceState),
         _links,
         _events,
     )
+
+# The classes whose links and events ext/otel_map.c makes itself, the SDK's
+# Link and Event read from their fields while their properties are those
+# shown to return them (a property replaced later: read through it).
+_ITEM_TYPES: Tuple[Any, ...] = ()
+_ITEM_PROPERTIES: Tuple[Any, ...] = ()
+_ITEM_TYPES_PROPERTIES_CHANGED: Tuple[Any, ...] = ()
+if _C_PLAN_PARTS is not None:
+    _ITEM_TYPES = (_SpanContext, *_items_read_from_fields(), _TraceState)
+    _ITEM_PROPERTIES = _properties_of(_Link, _LINK_PROPERTIES) + _properties_of(_Event, _EVENT_PROPERTIES)
+    _ITEM_TYPES_PROPERTIES_CHANGED = (_SpanContext, _NoItem, _NoItem, _TraceState)
+
+
+def _item_types() -> Tuple[Any, ...]:
+    current = _properties_of(_Link, _LINK_PROPERTIES) + _properties_of(_Event, _EVENT_PROPERTIES)
+    if all(now is then for now, then in zip(current, _ITEM_PROPERTIES)):
+        return _ITEM_TYPES
+    return _ITEM_TYPES_PROPERTIES_CHANGED
+
 
 # (typed Any: the fields read through them are the SDK's own, not its API)
 _BOUNDED_LIST: Any = _BoundedList
@@ -840,7 +887,9 @@ def _map_in_c(spans: Sequence[Any], cache: _BatchCache) -> Sequence[Optional[Dic
         cache.resource_tuple,
         cache.scope_tuple,
         cache.tag_keys,
-        *_C_PLAN_PARTS[2:],
+        *_C_PLAN_PARTS[2:-2],
+        _item_types(),
+        *_C_PLAN_PARTS[-2:],
     )
     return _otel_map_spans(spans, plan)
 

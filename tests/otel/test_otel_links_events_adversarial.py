@@ -340,3 +340,61 @@ def test_other_forms_mixed_with_the_sdks():
         links=[Link(ctx(), {"a": 1}), Link(ctx(), MappingProxyType({"m": 2})), Link(ctx(), {"b": True})],
         events=[Event("a", {"t": (1,)}, 1), Event("b", MappingProxyType({"t": (2,)}), 2), Event("c", {}, -5)],
     ))  # fmt: skip
+
+
+def sdk_property_calls(run: Callable[[], Any]) -> int:
+    """How many times run() calls the properties of the SDK's Link and Event
+    (Python functions: sys.setprofile sees each call)."""
+    import sys
+
+    watched = {prop.fget.__code__ for prop in (Link.context, Link.attributes, Event.name, Event.timestamp,
+                                               Event.attributes)}  # fmt: skip
+    calls = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        if event == "call" and frame.f_code in watched:
+            calls += 1
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_sdk_links_and_events_are_read_from_their_fields_in_c():
+    def make() -> Any:
+        return span(links=[Link(ctx(), {"a": 1})], events=[Event("exception", {"exception.type": "E"}, 5)])
+
+    assert sdk_property_calls(lambda: otel._span_dict(make(), otel._BatchCache())) > 0
+    assert sdk_property_calls(lambda: otel._map_in_c([make()], otel._BatchCache())) == 0
+    assert_same(make)
+
+
+def test_replaced_sdk_properties_are_read_through(monkeypatch):
+    monkeypatch.setattr(Event, "name", property(lambda self: self._name.upper()))
+    monkeypatch.setattr(Link, "attributes", property(lambda self: {"replaced": True}))
+
+    def make() -> Any:
+        return span(links=[Link(ctx(), {"a": 1})], events=[Event("e", {}, 5)])
+
+    # (the replacements are watched now: read through them, and through the others)
+    assert sdk_property_calls(lambda: otel._map_in_c([make()], otel._BatchCache())) > 0
+    dd_span = otel._map_in_c([make()], otel._BatchCache())[0]
+    assert dd_span["events"][0]["name"] == "E"
+    assert dd_span["links"][0]["attributes"] == {"replaced": "true"}
+    assert_same(make)
+
+
+@pytest.mark.parametrize("field", ["_name", "_timestamp", "_attributes"])
+def test_an_sdk_event_without_one_of_its_fields(field):
+    def make() -> Any:
+        event = Event("e", {"k": 1}, 5)
+        delattr(event, field)
+        return span(events=[Event("first", {}, 1), event])
+
+    outcome_c = outcome("c", make)
+    assert outcome_c[0] == "raised" and outcome_c[1] is AttributeError
+    assert_same(make)
