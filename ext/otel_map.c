@@ -211,6 +211,7 @@ enum {
     PLAN_BOUNDED_LIST,       /* the SDK's BoundedList class */
     PLAN_EVENT_TEXT,         /* value -> str, as an exception event's attribute is written */
     PLAN_ITEM_TYPES,         /* (SpanContext, Link, Event, TraceState): the forms made here */
+    PLAN_ITEM_PROPERTIES,    /* Link's context, attributes, Event's name, timestamp, attributes */
     PLAN_LINKS,              /* links -> the dict span's links */
     PLAN_EVENTS,             /* events -> the dict span's events */
     PLAN_SIZE
@@ -218,7 +219,8 @@ enum {
 
 /* PLAN_ITEM_TYPES, item by item: the SDK's classes whose properties only
  * return a field (reading them runs no other code); Link and Event are read
- * from those fields (item_property), or are a class no item has. */
+ * from those fields while they keep the properties of PLAN_ITEM_PROPERTIES
+ * (item_property), or are a class no item has. */
 enum { ITEM_SPAN_CONTEXT, ITEM_LINK, ITEM_EVENT, ITEM_TRACE_STATE, ITEM_TYPES_SIZE };
 #define ITEM_TYPE(m, which) PyTuple_GET_ITEM(PLAN(m, PLAN_ITEM_TYPES), which)
 
@@ -241,6 +243,17 @@ typedef struct {
 #endif
     Py_ssize_t position[INPLACE_MAX_FIELDS];
 } InPlaceFields;
+
+/* The fields of the SDK's Event and Link read here (item_property). */
+enum { EVENT_NAME, EVENT_TIMESTAMP, EVENT_ATTRIBUTES, EVENT_FIELDS };
+enum { LINK_CONTEXT, LINK_ATTRIBUTES, LINK_FIELDS };
+
+/* Whether the SDK's Link or Event class still has the properties that
+ * return its fields, as found at its version tag (0: look again). */
+typedef struct {
+    unsigned int version_tag;
+    int readable;
+} ItemClassCheck;
 
 typedef struct {
     PyObject *names;      /* borrowed: the module's name tuple */
@@ -265,8 +278,12 @@ typedef struct {
     /* Where the classes of the span, its status, its attributes, its lists
      * and the SDK's events and links keep the fields read (InPlaceFields). */
     const SpFastPaths *fast_paths;
-    InPlaceFields span_fields, status_fields, attributes_fields, list_fields, event_fields,
-        link_fields;
+    InPlaceFields span_fields, status_fields, attributes_fields, list_fields;
+    /* One per field of the SDK's Event and Link (each read alone, as its
+     * property would be), and whether the class still has the properties
+     * that return them (ItemClassCheck). */
+    InPlaceFields event_fields[EVENT_FIELDS], link_fields[LINK_FIELDS];
+    ItemClassCheck event_check, link_check;
     /* The int 0, held. */
     PyObject *zero;
     /* lowered_format's last answer (both held) and its format. */
@@ -284,8 +301,12 @@ mapper_clear(OtelMapper *m)
     Py_CLEAR(m->status_fields.type);
     Py_CLEAR(m->attributes_fields.type);
     Py_CLEAR(m->list_fields.type);
-    Py_CLEAR(m->event_fields.type);
-    Py_CLEAR(m->link_fields.type);
+    for (size_t i = 0; i < sizeof(m->event_fields) / sizeof(m->event_fields[0]); i++) {
+        Py_CLEAR(m->event_fields[i].type);
+    }
+    for (size_t i = 0; i < sizeof(m->link_fields) / sizeof(m->link_fields[0]); i++) {
+        Py_CLEAR(m->link_fields[i].type);
+    }
     Py_CLEAR(m->lowered_text);
     Py_CLEAR(m->zero);
     Py_CLEAR(m->lowered);
@@ -1151,37 +1172,88 @@ attributes_plain(OtelMapper *m, PyObject *attributes)
 }
 
 /* The SDK's Event and Link keep what their properties return in fields of
- * their own (spanpack.otel proves it on the running SDK, or gives classes no
- * item can have): an Event's name, timestamp and attributes, a Link's
+ * their own (spanpack.otel shows it at import on the running SDK, or gives
+ * classes no item has): an Event's name, timestamp and attributes, a Link's
  * context and attributes. */
-enum { EVENT_NAME, EVENT_TIMESTAMP, EVENT_ATTRIBUTES, EVENT_FIELDS };
-enum { LINK_CONTEXT, LINK_ATTRIBUTES, LINK_FIELDS };
 static const int event_field_names[EVENT_FIELDS] = {A_NAME, A_TIMESTAMP, A_ATTRIBUTES};
 static const int event_properties[EVENT_FIELDS] = {A_EVENT_NAME, A_EVENT_TIMESTAMP,
                                                    A_EVENT_ATTRIBUTES};
 static const int link_field_names[LINK_FIELDS] = {A_CONTEXT, A_ATTRIBUTES};
 static const int link_properties[LINK_FIELDS] = {A_LINK_CONTEXT, A_EVENT_ATTRIBUTES};
 
+/* 1 when the SDK's Link or Event class (`type`) has, where an attribute
+ * lookup finds them, the property objects spanpack.otel showed to return
+ * the fields (PLAN_ITEM_PROPERTIES), else 0; checked again whenever the
+ * class (or a base) changes its version tag, so a property replaced in the
+ * middle of a batch, by code the mapping runs, is seen at the next item. */
+static int
+item_fields_readable(OtelMapper *m, PyTypeObject *type, int is_link)
+{
+    ItemClassCheck *check = is_link ? &m->link_check : &m->event_check;
+    unsigned int tag = sp_type_version_tag(type);
+    if (tag != 0 && tag == check->version_tag) {
+        return check->readable;
+    }
+    PyObject *expected = PLAN(m, PLAN_ITEM_PROPERTIES);
+    int first = is_link ? 0 : LINK_FIELDS;
+    int count = is_link ? LINK_FIELDS : EVENT_FIELDS;
+    const int *names = is_link ? link_properties : event_properties;
+    int readable = 1;
+    unsigned int first_tag = 0;
+    for (int i = 0; i < count; i++) {
+        /* (borrowed, only compared; see inplace_find on what it may run) */
+        PyObject *found = _PyType_Lookup(type, NAME(m, names[i]));
+        if (i == 0) {
+            first_tag = sp_type_version_tag(type);
+        }
+        readable = readable && found == PyTuple_GET_ITEM(expected, first + i);
+    }
+    tag = sp_type_version_tag(type);
+    check->version_tag = tag == first_tag ? tag : 0;
+    check->readable = readable;
+    return readable;
+}
+
 /* One property of an event or a link (`is_link`) as a new reference, NULL
- * with an error: for the SDK's own class the field it returns, read with
- * the class's other fields (in place where its values array holds them:
- * no Python frame per property); for another class the property itself. */
+ * with an error: for the SDK's own class, with its own properties and the
+ * generic attribute lookup, the field the property returns (in place where
+ * the values array holds it: no Python frame per property); otherwise the
+ * property itself.  Each call reads that one field, as the property would. */
 static PyObject *
 item_property(OtelMapper *m, PyObject *item, int is_link, int which)
 {
-    if ((PyObject *)Py_TYPE(item) != ITEM_TYPE(m, is_link ? ITEM_LINK : ITEM_EVENT)) {
-        int property = is_link ? link_properties[which] : event_properties[which];
-        return PyObject_GetAttr(item, NAME(m, property));
+    PyTypeObject *type = Py_TYPE(item);
+    if ((PyObject *)type == ITEM_TYPE(m, is_link ? ITEM_LINK : ITEM_EVENT) &&
+        type->tp_getattro == PyObject_GenericGetAttr && item_fields_readable(m, type, is_link)) {
+        PyObject *value;
+        int rc = is_link ? inplace_read(m, &m->link_fields[which], item, &link_field_names[which],
+                                        1, &value)
+                         : inplace_read(m, &m->event_fields[which], item, &event_field_names[which],
+                                        1, &value);
+        return rc < 0 ? NULL : value;
     }
-    PyObject *fields[EVENT_FIELDS] = {NULL, NULL, NULL};
-    int count = is_link ? LINK_FIELDS : EVENT_FIELDS;
-    int rc = is_link ? inplace_read(m, &m->link_fields, item, link_field_names, count, fields)
-                     : inplace_read(m, &m->event_fields, item, event_field_names, count, fields);
-    PyObject *value = rc < 0 ? NULL : Py_NewRef(fields[which]);
-    for (int i = 0; i < count; i++) {
-        Py_XDECREF(fields[i]);
+    int property = is_link ? link_properties[which] : event_properties[which];
+    return PyObject_GetAttr(item, NAME(m, property));
+}
+
+/* The truth of `value == "exception"` (op Py_EQ) or `value != "exception"`
+ * (Py_NE) as Python answers it, -1 with an error: an exact str compared
+ * here, anything else by its own comparison (which may raise). */
+static int
+compared_with_exception(OtelMapper *m, PyObject *value, int op)
+{
+    PyObject *exception = NAME(m, V_EXCEPTION);
+    if (PyUnicode_CheckExact(value)) {
+        int equal = PyUnicode_Compare(value, exception) == 0; /* (two str: never fails) */
+        return op == Py_EQ ? equal : !equal;
     }
-    return value;
+    PyObject *answer = PyObject_RichCompare(value, exception, op);
+    if (answer == NULL) {
+        return -1;
+    }
+    int truth = PyObject_IsTrue(answer);
+    Py_DECREF(answer);
+    return truth;
 }
 
 /* Rule 17: 1 when an event is named exactly "exception", 0 when none, -1 on error. */
@@ -1201,10 +1273,7 @@ has_exception_event(OtelMapper *m, PyObject *events)
             found = -1;
             break;
         }
-        if (PyUnicode_Check(name)) {
-            int other = PyUnicode_Compare(name, NAME(m, V_EXCEPTION));
-            found = other == -1 && PyErr_Occurred() ? -1 : other == 0;
-        }
+        found = compared_with_exception(m, name, Py_EQ);
         Py_DECREF(name);
     }
     Py_DECREF(iterator);
@@ -1235,10 +1304,10 @@ exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
         if (lower == NULL) {
             rc = -1;
         }
-        else if (PyUnicode_Check(lower)) {
-            int other = PyUnicode_Compare(lower, NAME(m, V_EXCEPTION));
-            rc = other == -1 && PyErr_Occurred() ? -1 : 0;
-            exception = other == 0;
+        else {
+            int differs = compared_with_exception(m, lower, Py_NE);
+            rc = differs < 0 ? -1 : 0;
+            exception = differs == 0;
         }
         if (rc == 0 && exception) {
             event_attributes = item_property(m, event, 0, EVENT_ATTRIBUTES);
@@ -2137,7 +2206,10 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_GUARDED)) ||
         !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_SPECIAL)) ||
         !PyTuple_CheckExact(PyTuple_GET_ITEM(plan, PLAN_ITEM_TYPES)) ||
-        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_ITEM_TYPES)) != ITEM_TYPES_SIZE) {
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_ITEM_TYPES)) != ITEM_TYPES_SIZE ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(plan, PLAN_ITEM_PROPERTIES)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_ITEM_PROPERTIES)) !=
+            LINK_FIELDS + EVENT_FIELDS) {
         PyErr_SetString(PyExc_TypeError, "_otel_map_spans: not a plan from spanpack.otel");
         return NULL;
     }

@@ -757,8 +757,13 @@ _LINK_PROPERTIES = ("context", "attributes")
 _EVENT_PROPERTIES = ("name", "timestamp", "attributes")
 
 
-def _properties_of(cls: type, names: Sequence[str]) -> Tuple[Any, ...]:
-    return tuple(getattr(cls, name, None) for name in names)
+def _class_attribute(cls: type, name: str) -> Any:
+    """What an attribute lookup on an instance of ``cls`` finds on its
+    class for ``name`` (as ext/otel_map.c compares it), else None."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    return None
 
 
 def _items_read_from_fields() -> Tuple[type, type]:
@@ -793,28 +798,15 @@ if _ReadableSpan is not None and not os.environ.get("SPANPACK_OTEL_PYTHON"):
         _BoundedAttributes,
         _BoundedList,
         _event_value_text,
+        # the classes whose links and events ext/otel_map.c makes itself, and
+        # the properties of Link and Event it reads the fields of while the
+        # classes keep them
+        (_SpanContext, *_items_read_from_fields(), _TraceState),
+        tuple(_class_attribute(_Link, name) for name in _LINK_PROPERTIES)
+        + tuple(_class_attribute(_Event, name) for name in _EVENT_PROPERTIES),
         _links,
         _events,
     )
-
-# The classes whose links and events ext/otel_map.c makes itself, the SDK's
-# Link and Event read from their fields while their properties are those
-# shown to return them (a property replaced later: read through it).
-_ITEM_TYPES: Tuple[Any, ...] = ()
-_ITEM_PROPERTIES: Tuple[Any, ...] = ()
-_ITEM_TYPES_PROPERTIES_CHANGED: Tuple[Any, ...] = ()
-if _C_PLAN_PARTS is not None:
-    _ITEM_TYPES = (_SpanContext, *_items_read_from_fields(), _TraceState)
-    _ITEM_PROPERTIES = _properties_of(_Link, _LINK_PROPERTIES) + _properties_of(_Event, _EVENT_PROPERTIES)
-    _ITEM_TYPES_PROPERTIES_CHANGED = (_SpanContext, _NoItem, _NoItem, _TraceState)
-
-
-def _item_types() -> Tuple[Any, ...]:
-    current = _properties_of(_Link, _LINK_PROPERTIES) + _properties_of(_Event, _EVENT_PROPERTIES)
-    if all(now is then for now, then in zip(current, _ITEM_PROPERTIES)):
-        return _ITEM_TYPES
-    return _ITEM_TYPES_PROPERTIES_CHANGED
-
 
 # (typed Any: the fields read through them are the SDK's own, not its API)
 _BOUNDED_LIST: Any = _BoundedList
@@ -887,9 +879,7 @@ def _map_in_c(spans: Sequence[Any], cache: _BatchCache) -> Sequence[Optional[Dic
         cache.resource_tuple,
         cache.scope_tuple,
         cache.tag_keys,
-        *_C_PLAN_PARTS[2:-2],
-        _item_types(),
-        *_C_PLAN_PARTS[-2:],
+        *_C_PLAN_PARTS[2:],
     )
     return _otel_map_spans(spans, plan)
 

@@ -9,6 +9,7 @@ code run by one side cannot change what the other sees."""
 
 from __future__ import annotations
 
+import abc
 import enum
 from collections import namedtuple
 from types import MappingProxyType
@@ -20,7 +21,7 @@ pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry.attributes import BoundedAttributes  # noqa: E402
 from opentelemetry.sdk.resources import Resource  # noqa: E402
-from opentelemetry.sdk.trace import Event, ReadableSpan  # noqa: E402
+from opentelemetry.sdk.trace import Event, EventBase, ReadableSpan  # noqa: E402
 from opentelemetry.sdk.util import BoundedList  # noqa: E402
 from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState  # noqa: E402
 
@@ -398,3 +399,160 @@ def test_an_sdk_event_without_one_of_its_fields(field):
     outcome_c = outcome("c", make)
     assert outcome_c[0] == "raised" and outcome_c[1] is AttributeError
     assert_same(make)
+
+
+class ItemsRaising:
+    """Link attributes whose conversion raises (after the exception check)."""
+
+    def items(self) -> Any:
+        raise ValueError("items")
+
+
+@pytest.mark.parametrize("field", ["_timestamp", "_attributes"])
+def test_each_event_field_is_read_when_its_property_would_be(field):
+    # the exception check reads the name only: the missing field is found
+    # later, after the link's error, on both sides
+    def make() -> Any:
+        event = Event("e", {}, 5)
+        delattr(event, field)
+        return span(links=[Link(ctx(), ItemsRaising())], events=[event])
+
+    assert outcome("c", make)[1] is ValueError
+    assert_same(make)
+
+
+def test_a_field_kept_by_a_class_descriptor_is_read_once_per_property_read(monkeypatch):
+    reads: List[int] = []
+
+    def make() -> Any:
+        monkeypatch.delattr(Event, "_timestamp", raising=False)
+        made = span(events=[Event("e", {}, 5)])
+        monkeypatch.setattr(Event, "_timestamp", property(lambda self: reads.append(1) or 42), raising=False)
+        return made
+
+    counts = []
+    for which in ("c", "python"):
+        reads.clear()
+        outcome(which, make)
+        counts.append(len(reads))
+    assert counts[0] == counts[1] == 1
+    assert_same(make)
+
+
+def test_getattribute_and_getattr_on_the_sdk_classes(monkeypatch):
+    def event_getattribute(self: Any, name: str) -> Any:
+        return "renamed" if name == "name" else object.__getattribute__(self, name)
+
+    def link_getattribute(self: Any, name: str) -> Any:
+        return {"x": "y"} if name == "attributes" else object.__getattribute__(self, name)
+
+    monkeypatch.setattr(Event, "__getattribute__", event_getattribute, raising=False)
+    monkeypatch.setattr(Link, "__getattribute__", link_getattribute, raising=False)
+    made = otel._map_in_c([span(links=[Link(ctx(), {"a": 1})], events=[Event("e", {}, 5)])], otel._BatchCache())
+    assert made[0]["events"][0]["name"] == "renamed" and made[0]["links"][0]["attributes"] == {"x": "y"}
+    assert_same(lambda: span(links=[Link(ctx(), {"a": 1})], events=[Event("e", {}, 5)]))
+    monkeypatch.undo()
+
+    monkeypatch.setattr(Event, "__getattr__", lambda self, name: "from-getattr:" + name, raising=False)
+
+    def missing_name() -> Any:
+        event = Event("e", {}, 5)
+        del event._name
+        return span(events=[event])
+
+    assert_same(missing_name)
+
+
+class PatchesEventName:
+    """An attribute value whose str() replaces Event's name property: code
+    the mapping runs in the middle of a batch."""
+
+    saved: Any = None
+
+    def __str__(self) -> str:
+        if PatchesEventName.saved is None:
+            PatchesEventName.saved = EventBase.__dict__["name"]
+            EventBase.name = property(lambda self: self._name.upper())
+        return "p"
+
+
+def test_a_property_replaced_in_the_middle_of_a_batch():
+    def make() -> List[Any]:
+        first = ReadableSpan(name="a", context=ctx(), resource=Resource({}), events=[Event("e", {}, 5)],
+                             attributes={"k": PatchesEventName()})
+        return [first, ReadableSpan(name="b", context=ctx(), resource=Resource({}), events=[Event("f", {}, 5)])]
+
+    outcomes = []
+    for which in ("c", "python"):
+        PatchesEventName.saved = None
+        spans = make()
+        try:
+            if which == "c":
+                made = otel._map_in_c(spans, otel._BatchCache())
+            else:
+                made = [otel._span_dict(one, otel._BatchCache()) for one in spans]
+        finally:
+            if PatchesEventName.saved is not None:
+                EventBase.name = PatchesEventName.saved
+        outcomes.append([dd_span["events"] for dd_span in made])
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][1][0]["name"] == "F"  # the second span's event, read through the new property
+
+
+class Bare(abc.ABC):  # (the SDK's classes are ABCs: the same layout)
+    pass
+
+
+def test_instances_whose_dict_or_class_was_replaced():
+    def replaced_dicts() -> Any:
+        event = Event("e", {"a": 1}, 5)
+        event.__dict__ = {"_timestamp": 9, "_attributes": None, "_name": "exception"}
+        link = Link(ctx(), {"a": 1})
+        link.__dict__ = {"_attributes": {"b": 2}, "_context": ctx(3, 4)}
+        return span(links=[link], events=[event])
+
+    def switched_classes() -> Any:
+        event, link = Bare(), Bare()
+        event.extra, event._attributes, event._timestamp, event._name = 1, {"a": 1}, 7, "x"
+        event.__class__ = Event
+        link._attributes = {"a": 1}  # no _context
+        link.__class__ = Link
+        return span(links=[link], events=[event])
+
+    assert_same(replaced_dicts)
+    assert_same(switched_classes)
+
+
+def test_event_names_that_are_not_str():
+    class RaisesOnEq:
+        def __eq__(self, other: Any) -> bool:
+            raise ValueError("eq")
+
+        __hash__ = None  # type: ignore[assignment]
+
+    class EqualToAll(str):
+        def __eq__(self, other: Any) -> bool:
+            return True
+
+        __hash__ = str.__hash__
+
+    for name in (RaisesOnEq(), EqualToAll("other"), 7):
+        def make(name: Any = name) -> Any:
+            event = Event("e", {}, 5)
+            event._name = name
+            return span(events=[event])
+
+        assert_same(make)
+
+
+def test_no_reference_kept_or_lost_by_field_reads():
+    import sys
+
+    event = Event("exception", {"exception.type": "E"}, 5)
+    link = Link(ctx(), {"a": 1})
+    made = span(links=[link], events=[event])
+    fields = [event._name, event._timestamp, event._attributes, link._context, link._attributes]
+    before = [sys.getrefcount(field) for field in fields]
+    for _ in range(100):
+        otel._map_in_c([made], otel._BatchCache())
+    assert [sys.getrefcount(field) for field in fields] == before
