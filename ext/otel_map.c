@@ -7,9 +7,10 @@
  * reference (tests/otel compare the two on every test span) and maps what
  * this file hands back as None: a span of another class, or one whose fields
  * are not what the SDK keeps.  Links and events are converted by its
- * functions (given in the plan).  Per-batch values (a resource's tags and service, a scope's
- * tags, the attribute key mapping) are worked out in Python once per
- * resource or scope object and given here through the plan tuple. */
+ * functions (given in the plan).  Per-batch values (a resource's tags and
+ * service, a scope's tags, the attribute key mapping) are worked out in
+ * Python once per resource or scope object (kept across batches for the
+ * SDK's immutable ones) and given here through the plan tuple. */
 #include "otel_map.h"
 
 #include "pyinstance.h"
@@ -201,7 +202,8 @@ enum {
     PLAN_READER_FOR,         /* cls -> bool: read this class through its fields */
     PLAN_RESOURCE_VALUES,    /* resource -> ResourceTuple (below) */
     PLAN_SCOPE_VALUES,       /* scope -> (meta dict, tail dict) */
-    PLAN_TAG_KEYS,           /* dict: attribute key -> tag key ("" to drop), filled here */
+    PLAN_TAG_KEYS,           /* dict: attribute key -> tag key ("" to drop), filled here,
+                                entries never replaced (it may be shared) */
     PLAN_TAG_KEY,            /* key -> tag key */
     PLAN_TEXT,               /* value -> str, as the rules write a value */
     PLAN_DB_TYPES,           /* dict: DB system -> span type */
@@ -858,28 +860,36 @@ set_float(PyObject *dict, PyObject *key, double value)
     return rc;
 }
 
-/* The mapped key of an attribute (borrowed from the plan's cache). */
+/* The mapped key of an attribute (a new reference; NULL with an error). */
 static PyObject *
 tag_key(OtelMapper *m, PyObject *key)
 {
+    /* Only an exact str is looked up or kept: the cache may be shared by
+     * batches (spanpack.otel keeps it), and a subclass's own __eq__ and
+     * __hash__ would answer for other keys there. */
+    int exact = PyUnicode_CheckExact(key);
     PyObject *cache = PLAN(m, PLAN_TAG_KEYS);
-    PyObject *mapped = PyDict_GetItemWithError(cache, key);
+    PyObject *mapped = exact ? PyDict_GetItemWithError(cache, key) : NULL;
     if (mapped != NULL || PyErr_Occurred()) {
-        return mapped;
+        return Py_XNewRef(mapped);
     }
     mapped = PyObject_CallOneArg(PLAN(m, PLAN_TAG_KEY), key);
     if (mapped == NULL) {
         return NULL;
     }
-    if (!PyUnicode_Check(mapped) || PyDict_SetItem(cache, key, mapped) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "spanpack.otel: a tag key must be str");
-        }
+    if (!PyUnicode_Check(mapped)) {
+        PyErr_SetString(PyExc_TypeError, "spanpack.otel: a tag key must be str");
         Py_DECREF(mapped);
         return NULL;
     }
-    Py_DECREF(mapped); /* the cache holds it */
-    return mapped;
+    if (!exact) {
+        return mapped;
+    }
+    /* An entry is never replaced: another batch sharing the cache may
+     * hold the one there. */
+    PyObject *kept = PyDict_SetDefault(cache, key, mapped);
+    Py_DECREF(mapped);
+    return Py_XNewRef(kept);
 }
 
 /* Rule 15: the span's attributes to tags and metrics. */
@@ -933,7 +943,7 @@ map_attributes(OtelMapper *m, PyObject *attrs, PyObject *meta, PyObject *metrics
                     goto next;
                 }
                 if (priority == 0) {
-                    mapped = NAME(m, K_SAMPLING_PRIORITY_V1);
+                    Py_SETREF(mapped, Py_NewRef(NAME(m, K_SAMPLING_PRIORITY_V1)));
                 }
             }
             rc = set_float(metrics, mapped, number);
@@ -943,6 +953,7 @@ map_attributes(OtelMapper *m, PyObject *attrs, PyObject *meta, PyObject *metrics
         }
     next:
         Py_XDECREF(text);
+        Py_XDECREF(mapped);
         Py_DECREF(key);
         Py_DECREF(value);
         if (rc < 0) {

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ._spanpack import _otel_group_traces, _otel_map_spans
 from .encoder import TraceMsgPackEncoder
@@ -265,6 +265,51 @@ class _ScopeTail:
         self.tags = tags
 
 
+def _scope_values(scope: Any) -> Tuple[_ScopeValues, _ScopeTail]:
+    return _ScopeValues(scope), _ScopeTail(scope)
+
+
+# A resource's and a scope's values, kept from batch to batch by the object's
+# identity, with the object (so that its id is not reused while its entry
+# lives): a process has a few, the same objects in every batch, and working
+# them out cost about 10 µs a batch, most of the time of an export of one
+# span (SimpleSpanProcessor).  Only for the SDK's own Resource and
+# InstrumentationScope, which are immutable (their attributes immutable
+# BoundedAttributes); any other object is read again in each batch.
+_KEPT_PER_KIND = 64
+_kept_resources: Dict[int, Tuple[Any, Any]] = {}
+_kept_scopes: Dict[int, Tuple[Any, Any]] = {}
+
+
+def _kept_values(kept: Dict[int, Tuple[Any, Any]], obj: Any, make: Callable[[Any], Any]) -> Any:
+    if obj is not None and type(obj) not in _IMMUTABLE_SDK_CLASSES:
+        return make(obj)
+    entry = kept.get(id(obj))
+    if entry is not None and entry[0] is obj:
+        return entry[1]
+    values = make(obj)
+    if len(kept) >= _KEPT_PER_KIND:
+        kept.clear()
+    kept[id(obj)] = (obj, values)
+    return values
+
+
+# Attribute key -> tag key, a function of the key alone, kept across batches
+# in one dict that every batch fills (ext/otel_map.c too): an entry is only
+# ever added (setdefault), never replaced or removed, so that a value a batch
+# in C borrowed stays alive; past _TAG_KEYS_KEPT entries the next batch starts
+# a new dict (the old one lives on with the batches that have it).
+_TAG_KEYS_KEPT = 4096
+_shared_tag_keys: Dict[str, str] = {}
+
+
+def _tag_keys_for_batch() -> Dict[str, str]:
+    global _shared_tag_keys
+    if len(_shared_tag_keys) >= _TAG_KEYS_KEPT:
+        _shared_tag_keys = {}
+    return _shared_tag_keys
+
+
 class _BatchCache:
     """Resource and scope values by object identity, for one batch."""
 
@@ -274,7 +319,7 @@ class _BatchCache:
         self.resources: Dict[int, _ResourceValues] = {}
         self.scopes: Dict[int, Tuple[_ScopeValues, _ScopeTail]] = {}
         self.readers: Dict[type, Any] = {}
-        self.tag_keys: Dict[str, str] = {}
+        self.tag_keys: Dict[str, str] = _tag_keys_for_batch()
         self.trace_hex: Dict[int, str] = {}  # a batch's spans share few trace ids
         self.bases: Dict[Tuple[int, int], Dict[str, str]] = {}
 
@@ -305,13 +350,13 @@ class _BatchCache:
     def resource(self, resource: Any) -> _ResourceValues:
         found = self.resources.get(id(resource))
         if found is None:
-            found = self.resources[id(resource)] = _ResourceValues(resource)
+            found = self.resources[id(resource)] = _kept_values(_kept_resources, resource, _ResourceValues)
         return found
 
     def scope(self, scope: Any) -> Tuple[_ScopeValues, _ScopeTail]:
         found = self.scopes.get(id(scope))
         if found is None:
-            found = self.scopes[id(scope)] = (_ScopeValues(scope), _ScopeTail(scope))
+            found = self.scopes[id(scope)] = _kept_values(_kept_scopes, scope, _scope_values)
         return found
 
 
@@ -615,9 +660,11 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
 
     tag_keys = cache.tag_keys
     for key, value in attributes.items():
-        mapped = tag_keys.get(key)
+        mapped = tag_keys.get(key) if type(key) is str else None
         if mapped is None:
-            mapped = tag_keys[key] = _tag_key(key)
+            mapped = _tag_key(key)
+            if type(key) is str:  # (kept as ext/otel_map.c keeps them: never replaced)
+                mapped = tag_keys.setdefault(key, mapped)
         if not mapped:
             continue
         cls = value.__class__
@@ -741,11 +788,15 @@ try:
     from opentelemetry.trace import SpanKind as _SpanKind
     from opentelemetry.trace import StatusCode as _StatusCode
     from opentelemetry.trace import TraceState as _TraceState
+    from opentelemetry.sdk.resources import Resource as _Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope as _InstrumentationScope
 
     # Enum members by identity: reading .value runs a descriptor (about 0.3 µs).
     _ENUM_VALUES: Dict[int, int] = {id(member): member.value for member in (*_SpanKind, *_StatusCode)}
+    _IMMUTABLE_SDK_CLASSES: Tuple[type, ...] = (_Resource, _InstrumentationScope)
 except ImportError:  # no SDK: every span is read through its properties
     _ReadableSpan = _BoundedAttributes = _BoundedList = None  # type: ignore[assignment,misc]
+    _IMMUTABLE_SDK_CLASSES = ()
     _ENUM_VALUES = {}
 
 
