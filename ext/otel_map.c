@@ -860,14 +860,18 @@ set_float(PyObject *dict, PyObject *key, double value)
     return rc;
 }
 
+/* spanpack.otel's _TAG_KEY_KEPT_LENGTH. */
+#define TAG_KEY_KEPT_LENGTH 256
+
 /* The mapped key of an attribute (a new reference; NULL with an error). */
 static PyObject *
 tag_key(OtelMapper *m, PyObject *key)
 {
     /* Only an exact str is looked up or kept: the cache may be shared by
      * batches (spanpack.otel keeps it), and a subclass's own __eq__ and
-     * __hash__ would answer for other keys there. */
-    int exact = PyUnicode_CheckExact(key);
+     * __hash__ would answer for other keys there; and only a key of up to
+     * TAG_KEY_KEPT_LENGTH characters, so that what is kept stays small. */
+    int exact = PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= TAG_KEY_KEPT_LENGTH;
     PyObject *cache = PLAN(m, PLAN_TAG_KEYS);
     PyObject *mapped = exact ? PyDict_GetItemWithError(cache, key) : NULL;
     if (mapped != NULL || PyErr_Occurred()) {

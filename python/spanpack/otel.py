@@ -274,23 +274,74 @@ def _scope_values(scope: Any) -> Tuple[_ScopeValues, _ScopeTail]:
 # lives): a process has a few, the same objects in every batch, and working
 # them out cost about 10 µs a batch, most of the time of an export of one
 # span (SimpleSpanProcessor).  Only for the SDK's own Resource and
-# InstrumentationScope, which are immutable (their attributes immutable
-# BoundedAttributes); any other object is read again in each batch.
+# InstrumentationScope whose attributes are an immutable BoundedAttributes of
+# plain values (str, bool, int, float, tuples of them), and only while the
+# object still holds the same attributes (and, a scope, name, version and
+# schema URL) as when its values were made: code that swaps a resource's
+# private _attributes (some plugins rename a service so) is seen at the next
+# batch.  Any other object is read again in each batch.
 _KEPT_PER_KIND = 64
-_kept_resources: Dict[int, Tuple[Any, Any]] = {}
-_kept_scopes: Dict[int, Tuple[Any, Any]] = {}
+_kept_resources: Dict[int, Tuple[Any, Any, Any]] = {}
+_kept_scopes: Dict[int, Tuple[Any, Any, Any]] = {}
+_PLAIN_TYPES = (str, bool, int, float)
 
 
-def _kept_values(kept: Dict[int, Tuple[Any, Any]], obj: Any, make: Callable[[Any], Any]) -> Any:
+def _plain_value(value: Any) -> bool:
+    if type(value) is tuple:
+        return all(type(item) in _PLAIN_TYPES for item in value)
+    return type(value) in _PLAIN_TYPES
+
+
+def _held_fields(obj: Any) -> Optional[Tuple[Any, ...]]:
+    """What the kept values of ``obj`` (a Resource or an InstrumentationScope
+    of the SDK) were made from, compared by identity at each batch; None
+    when they may change behind an unchanged object (then nothing is kept)."""
+    if obj is None:
+        return ()
+    attributes = getattr(obj, "_attributes", None)
+    if type(attributes) is not _BOUNDED_ATTRIBUTES or getattr(attributes, "_immutable", None) is not True:
+        return None
+    if not all(_plain_value(value) for value in cast(Any, attributes).values()):
+        return None
+    return _held_fields_now(obj)
+
+
+def _still_held(obj: Any, held: Tuple[Any, ...]) -> bool:
+    """Does ``obj`` hold what ``_held_fields`` found (the same objects)?"""
+    try:
+        if obj is None:
+            return True
+        if len(held) == 1:
+            return obj._attributes is held[0]  # type: ignore[no-any-return]
+        return (obj._attributes is held[0] and obj._name is held[1] and obj._version is held[2]
+                and obj._schema_url is held[3])  # fmt: skip
+    except AttributeError:
+        return False
+
+
+def _held_fields_now(obj: Any) -> Tuple[Any, ...]:
+    if obj is None:
+        return ()
+    fields = _RESOURCE_HELD if type(obj) is _IMMUTABLE_SDK_CLASSES[0] else _SCOPE_HELD
+    return tuple(getattr(obj, name, None) for name in fields)
+
+
+_RESOURCE_HELD = ("_attributes",)
+_SCOPE_HELD = ("_attributes", "_name", "_version", "_schema_url")
+
+
+def _kept_values(kept: Dict[int, Tuple[Any, Any, Any]], obj: Any, make: Callable[[Any], Any]) -> Any:
     if obj is not None and type(obj) not in _IMMUTABLE_SDK_CLASSES:
         return make(obj)
     entry = kept.get(id(obj))
-    if entry is not None and entry[0] is obj:
-        return entry[1]
+    if entry is not None and entry[0] is obj and _still_held(obj, entry[1]):
+        return entry[2]
+    held_before = _held_fields(obj)
     values = make(obj)
-    if len(kept) >= _KEPT_PER_KIND:
-        kept.clear()
-    kept[id(obj)] = (obj, values)
+    if held_before is not None:
+        if len(kept) >= _KEPT_PER_KIND:
+            kept.clear()
+        kept[id(obj)] = (obj, held_before, values)
     return values
 
 
@@ -300,6 +351,10 @@ def _kept_values(kept: Dict[int, Tuple[Any, Any]], obj: Any, make: Callable[[Any
 # in C borrowed stays alive; past _TAG_KEYS_KEPT entries the next batch starts
 # a new dict (the old one lives on with the batches that have it).
 _TAG_KEYS_KEPT = 4096
+# Only keys of up to this many characters are kept (attribute keys have no
+# length limit; a header name may carry an id): ext/otel_map.c's
+# TAG_KEY_KEPT_LENGTH.
+_TAG_KEY_KEPT_LENGTH = 256
 _shared_tag_keys: Dict[str, str] = {}
 
 
@@ -660,10 +715,11 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
 
     tag_keys = cache.tag_keys
     for key, value in attributes.items():
-        mapped = tag_keys.get(key) if type(key) is str else None
+        kept = type(key) is str and len(key) <= _TAG_KEY_KEPT_LENGTH
+        mapped = tag_keys.get(key) if kept else None
         if mapped is None:
             mapped = _tag_key(key)
-            if type(key) is str:  # (kept as ext/otel_map.c keeps them: never replaced)
+            if kept:  # (as ext/otel_map.c keeps them: never replaced)
                 mapped = tag_keys.setdefault(key, mapped)
         if not mapped:
             continue

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
+from opentelemetry.attributes import BoundedAttributes  # noqa: E402
 from opentelemetry.sdk.resources import Resource  # noqa: E402
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope  # noqa: E402
 
@@ -126,3 +127,86 @@ def test_the_shared_key_mapping_starts_again_when_full(monkeypatch):
         seen.append(id(otel._shared_tag_keys))
         assert len(otel._shared_tag_keys) <= 8 + 6
     assert len(set(seen)) > 1
+
+
+def test_a_resource_whose_attributes_were_swapped_is_read_again():
+    # (some plugins rename a service by replacing the private field)
+    resource = Resource({"service.name": "before"})
+    assert otel.map_spans([span_of(resource)])[0][0]["service"] == "before"
+    resource._attributes = BoundedAttributes(attributes={"service.name": "after"}, immutable=True)
+    assert otel.map_spans([span_of(resource, span_id=3)])[0][0]["service"] == "after"
+
+
+def test_a_resource_with_mutable_attributes_is_never_kept():
+    resource = Resource({})
+    resource._attributes = {"service.name": "a", "deployment.environment.name": "dev"}
+    assert otel.map_spans([span_of(resource)])[0][0]["service"] == "a"
+    resource._attributes["service.name"] = "b"
+    resource._attributes["deployment.environment.name"] = "prod"
+    (trace,) = otel.map_spans([span_of(resource, span_id=3)])
+    assert (trace[0]["service"], trace[0]["meta"]["env"]) == ("b", "prod")
+    assert id(resource) not in otel._kept_resources
+
+
+class Counter(int):
+    """An int whose text changes each time it is written."""
+
+    written = 0
+
+    def __str__(self) -> str:
+        Counter.written += 1
+        return "written-%d" % Counter.written
+
+    __repr__ = __str__
+
+
+def test_a_resource_with_values_of_other_classes_is_never_kept():
+    resource = Resource({"service.name": "s", "build": Counter(1)})
+    first = otel.map_spans([span_of(resource)])[0][0]["meta"]["build"]
+    later = otel.map_spans([span_of(resource, span_id=3)])[0][0]["meta"]["build"]
+    assert first != later
+
+
+def test_a_scope_whose_version_changed_is_read_again():
+    scope = InstrumentationScope("lib", "1.0")
+    assert otel.map_spans([span_of(scope=scope)])[0][0]["meta"]["otel.scope.version"] == "1.0"
+    scope._version = "2.0"
+    assert otel.map_spans([span_of(scope=scope, span_id=3)])[0][0]["meta"]["otel.scope.version"] == "2.0"
+
+
+def test_long_attribute_keys_are_not_kept(monkeypatch):
+    monkeypatch.setattr(otel, "_shared_tag_keys", {})
+    short, long_key = "custom.short", "http.request.header." + "x" * otel._TAG_KEY_KEPT_LENGTH
+    (dd_span,) = mapped_both_ways([span_of(attributes=[(short, "a"), (long_key, "b")])])
+    assert dd_span["meta"][short] == "a"
+    assert dd_span["meta"]["http.request.headers." + "x" * otel._TAG_KEY_KEPT_LENGTH] == "b"
+    assert short in otel._shared_tag_keys and long_key not in otel._shared_tag_keys
+
+
+class MapsAgain(int):
+    """A value whose text maps other batches (code run by a batch), each of
+    them filling and replacing the shared key mapping and the kept values."""
+
+    def __str__(self) -> str:
+        for n in range(3):
+            keys = [("inner.%d.%d" % (n, i), "v") for i in range(20)]
+            otel.encode_spans([span_of(Resource({"service.name": "inner-%d" % i}), attributes=keys)
+                               for i in range(4)])  # fmt: skip
+        return "outer-value"
+
+    __repr__ = __str__
+
+
+def test_batches_mapped_by_code_a_batch_runs(monkeypatch):
+    monkeypatch.setattr(otel, "_TAG_KEYS_KEPT", 16)
+    monkeypatch.setattr(otel, "_KEPT_PER_KIND", 2)
+    resource = Resource({"service.name": "outer"})
+    attributes = [pair for i in range(4) for pair in (("plain.%d" % i, "x"), ("odd.%d" % i, MapsAgain(5)))]
+    spans = [span_of(resource, attributes=attributes, span_id=i + 2) for i in range(3)]
+    cache = otel._BatchCache()
+    made = otel._map_in_c(spans, cache)
+    assert otel._shared_tag_keys is not cache.tag_keys  # replaced while the batch ran
+    for dd_span in made:
+        assert dd_span["service"] == "outer"
+        assert all(dd_span["meta"]["odd.%d" % i] == "outer-value" for i in range(4))
+        assert all(dd_span["meta"]["plain.%d" % i] == "x" for i in range(4))
