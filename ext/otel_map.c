@@ -199,7 +199,8 @@ otel_map_module_init(SpanpackState *state)
 enum {
     PLAN_KINDS,              /* SpanKind members, by value 0..4 */
     PLAN_STATUSES,           /* StatusCode members, by value 0..2 */
-    PLAN_READER_FOR,         /* cls -> bool: read this class through its fields */
+    PLAN_SDK_SPAN,           /* (ReadableSpan, the names of the properties whose fields are
+                                read): a class is read so when it keeps them (sdk_span_class) */
     PLAN_RESOURCE_VALUES,    /* resource -> ResourceTuple (below) */
     PLAN_SCOPE_VALUES,       /* scope -> (meta dict, tail dict) */
     PLAN_TAG_KEYS,           /* dict: attribute key -> tag key ("" to drop), filled here,
@@ -1186,6 +1187,31 @@ attributes_plain(OtelMapper *m, PyObject *attributes)
     return attributes;
 }
 
+/* 1 when spans of `type` are read through the fields the SDK's ReadableSpan
+ * properties return: a subclass of ReadableSpan whose attribute lookup finds
+ * each of those properties where ReadableSpan's does (spanpack.otel's
+ * _reader_for asks the same of getattr); else 0, the span then mapped by the
+ * rules in Python through its properties. */
+static int
+sdk_span_class(OtelMapper *m, PyTypeObject *type)
+{
+    PyObject *sdk = PLAN(m, PLAN_SDK_SPAN);
+    PyTypeObject *readable_span = (PyTypeObject *)PyTuple_GET_ITEM(sdk, 0);
+    PyObject *names = PyTuple_GET_ITEM(sdk, 1);
+    if (!PyType_IsSubtype(type, readable_span)) {
+        return 0;
+    }
+    int same = 1;
+    for (Py_ssize_t i = 0; same && i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        /* (held across the second lookup, which may run code: see inplace_find) */
+        PyObject *found = Py_XNewRef(_PyType_Lookup(type, name));
+        same = found == _PyType_Lookup(readable_span, name);
+        Py_XDECREF(found);
+    }
+    return same;
+}
+
 /* The SDK's Event and Link keep what their properties return in fields of
  * their own (spanpack.otel shows it at import on the running SDK, or gives
  * classes no item has): an Event's name, timestamp and attributes, a Link's
@@ -1876,16 +1902,9 @@ map_span(OtelMapper *m, PyObject *span)
     int found;
 
     if ((PyObject *)Py_TYPE(span) != m->last_type) {
-        PyObject *answer = PyObject_CallOneArg(PLAN(m, PLAN_READER_FOR), (PyObject *)Py_TYPE(span));
-        if (answer == NULL) {
-            goto done;
-        }
-        int readable = PyObject_IsTrue(answer);
-        Py_DECREF(answer);
-        if (readable < 0) {
-            goto done;
-        }
-        Py_XSETREF(m->last_type, Py_NewRef((PyObject *)Py_TYPE(span)));
+        PyTypeObject *span_type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(span));
+        int readable = sdk_span_class(m, span_type);
+        Py_XSETREF(m->last_type, (PyObject *)span_type);
         m->last_type_readable = readable;
     }
     if (!m->last_type_readable) {
@@ -2217,6 +2236,10 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         !PyTuple_Check(PyTuple_GET_ITEM(plan, PLAN_STATUSES)) ||
         PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_STATUSES)) != STATUS_COUNT ||
         !PyDict_CheckExact(PyTuple_GET_ITEM(plan, PLAN_TAG_KEYS)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN)) != 2 ||
+        !PyType_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN), 0)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN), 1)) ||
         !PyDict_CheckExact(PyTuple_GET_ITEM(plan, PLAN_DB_TYPES)) ||
         !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_GUARDED)) ||
         !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_SPECIAL)) ||

@@ -392,9 +392,6 @@ class _BatchCache:
         return found
 
     # The per-batch values in the forms ext/otel_map.c takes.
-    def c_readable(self, cls: type) -> bool:
-        return self.reader(cls) is _read_sdk_span
-
     def resource_tuple(self, resource: Any) -> Tuple[Any, ...]:
         return self.resource(resource).as_tuple
 
@@ -915,6 +912,11 @@ if _ReadableSpan is not None and not os.environ.get("SPANPACK_OTEL_PYTHON"):
         _events,
     )
 
+# ReadableSpan and the properties whose fields are read, for ext/otel_map.c
+# to make _reader_for's check itself (sdk_span_class, on the class's own
+# attributes, without a Python call per batch).
+_SDK_SPAN: Tuple[Any, Tuple[str, ...]] = (_ReadableSpan, _SDK_PROPERTIES)
+
 # (typed Any: the fields read through them are the SDK's own, not its API)
 _BOUNDED_LIST: Any = _BoundedList
 _BOUNDED_ATTRIBUTES: Any = _BoundedAttributes
@@ -952,7 +954,7 @@ def map_spans(spans: Iterable[Any]) -> List[List[Dict[str, Any]]]:
     if None in mapped:
         dd_spans = [_span_dict(span, cache) if dd_span is None else dd_span for span, dd_span in zip(spans, mapped)]
     else:
-        dd_spans = cast(List[Dict[str, Any]], mapped)  # (C's list, every span mapped)
+        dd_spans = cast("List[Dict[str, Any]]", mapped)  # (C's list, every span mapped; a str: nothing to evaluate)
     if _C_PLAN_PARTS is None:
         return _group_traces(dd_spans)
     return _otel_group_traces(dd_spans, SAMPLING_PRIORITY_KEY, DEFAULT_PRIORITY)
@@ -982,7 +984,7 @@ def _map_in_c(spans: Sequence[Any], cache: _BatchCache) -> Sequence[Optional[Dic
         return [None] * len(spans)
     plan = (
         *_C_PLAN_PARTS[:2],
-        cache.c_readable,
+        _SDK_SPAN,
         cache.resource_tuple,
         cache.scope_tuple,
         cache.tag_keys,

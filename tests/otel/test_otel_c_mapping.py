@@ -163,6 +163,53 @@ def test_spans_c_hands_back_to_python():
     assert [span["resource"] for span in traces[0]] == ["n", "n", "n", "renamed"]
 
 
+@pytest.mark.parametrize("overridden", otel._SDK_PROPERTIES)
+def test_a_subclass_overriding_any_read_property_is_handed_back(overridden):
+    plain = make_span(trace_id=1, span_id=2, name="n")
+    own_class = type("Own", (ReadableSpan,), {overridden: property(lambda self: getattr(ReadableSpan, overridden).fget(self))})
+    arguments = dict(name="n", context=plain.context, resource=Resource({}), attributes={"k": 1},
+                     start_time=5, end_time=9)  # fmt: skip
+    own, base = own_class(**arguments), ReadableSpan(**arguments)
+    mapped = otel._map_in_c([base, own], otel._BatchCache())
+    assert mapped[0] is not None and mapped[1] is None
+    # the Python rules read it through the property: the same span
+    assert otel.map_spans([own])[0][0] == otel.map_spans([base])[0][0]
+
+
+def test_a_property_patched_on_readable_span_hands_every_span_back(monkeypatch):
+    plain = make_span(trace_id=1, span_id=2, name="n")
+    assert otel._map_in_c([plain], otel._BatchCache())[0] is not None
+    monkeypatch.setattr(ReadableSpan, "name", property(lambda self: "patched"))
+    # ReadableSpan's own lookup finds the patch too: the check compares with
+    # what spanpack.otel saw at import only through _reader_for, so here both
+    # sides agree that the class keeps ReadableSpan's (patched) properties
+    both = (otel._map_in_c([plain], otel._BatchCache())[0], otel._span_dict(plain, otel._BatchCache()))
+    assert both[0] == both[1]
+
+
+def test_classes_that_are_no_readable_span_are_handed_back():
+    plain = make_span(trace_id=1, span_id=2, name="n")
+
+    class Lookalike:  # the SDK's fields, not its class
+        pass
+
+    lookalike = Lookalike()
+    lookalike.__dict__.update(plain.__dict__)
+
+    class Meta(type):
+        @property
+        def name(cls):  # a metaclass property: not what an instance finds
+            return "from-metaclass"
+
+    class WithMeta(ReadableSpan, metaclass=type("M", (Meta, type(ReadableSpan)), {})):
+        pass
+
+    with_meta = WithMeta(name="n", context=plain.context, resource=Resource({}), attributes={})
+    mapped = otel._map_in_c([lookalike, with_meta], otel._BatchCache())
+    assert mapped[0] is None
+    assert mapped[1] is not None and mapped[1]["resource"] == "n"
+
+
 def test_a_bad_plan_is_refused():
     with pytest.raises(TypeError):
         _otel_map_spans([], ())
