@@ -200,7 +200,8 @@ enum {
     PLAN_KINDS,              /* SpanKind members, by value 0..4 */
     PLAN_STATUSES,           /* StatusCode members, by value 0..2 */
     PLAN_SDK_SPAN,           /* (ReadableSpan, the names of the properties whose fields are
-                                read): a class is read so when it keeps them (sdk_span_class) */
+                                read, those properties as found at import): a class is read
+                                so when it keeps them (sdk_span_class) */
     PLAN_RESOURCE_VALUES,    /* resource -> ResourceTuple (below) */
     PLAN_SCOPE_VALUES,       /* scope -> (meta dict, tail dict) */
     PLAN_TAG_KEYS,           /* dict: attribute key -> tag key ("" to drop), filled here,
@@ -1188,28 +1189,28 @@ attributes_plain(OtelMapper *m, PyObject *attributes)
 }
 
 /* 1 when spans of `type` are read through the fields the SDK's ReadableSpan
- * properties return: a subclass of ReadableSpan whose attribute lookup finds
- * each of those properties where ReadableSpan's does (spanpack.otel's
- * _reader_for asks the same of getattr); else 0, the span then mapped by the
- * rules in Python through its properties. */
+ * properties return: a subclass of ReadableSpan with the generic attribute
+ * lookup whose lookup finds each of those properties as spanpack.otel found
+ * them on ReadableSpan at import (not overridden, not patched since); else
+ * 0, the span then mapped by the rules in Python through its properties
+ * (spanpack.otel's _reader_for asks the same). */
 static int
 sdk_span_class(OtelMapper *m, PyTypeObject *type)
 {
     PyObject *sdk = PLAN(m, PLAN_SDK_SPAN);
     PyTypeObject *readable_span = (PyTypeObject *)PyTuple_GET_ITEM(sdk, 0);
     PyObject *names = PyTuple_GET_ITEM(sdk, 1);
-    if (!PyType_IsSubtype(type, readable_span)) {
+    PyObject *properties = PyTuple_GET_ITEM(sdk, 2);
+    if (type->tp_getattro != PyObject_GenericGetAttr || !PyType_IsSubtype(type, readable_span)) {
         return 0;
     }
-    int same = 1;
-    for (Py_ssize_t i = 0; same && i < PyTuple_GET_SIZE(names); i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i);
-        /* (held across the second lookup, which may run code: see inplace_find) */
-        PyObject *found = Py_XNewRef(_PyType_Lookup(type, name));
-        same = found == _PyType_Lookup(readable_span, name);
-        Py_XDECREF(found);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        /* (borrowed, only compared with an object the plan holds) */
+        if (_PyType_Lookup(type, PyTuple_GET_ITEM(names, i)) != PyTuple_GET_ITEM(properties, i)) {
+            return 0;
+        }
     }
-    return same;
+    return 1;
 }
 
 /* The SDK's Event and Link keep what their properties return in fields of
@@ -2237,9 +2238,12 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_STATUSES)) != STATUS_COUNT ||
         !PyDict_CheckExact(PyTuple_GET_ITEM(plan, PLAN_TAG_KEYS)) ||
         !PyTuple_CheckExact(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN)) ||
-        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN)) != 2 ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN)) != 3 ||
         !PyType_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN), 0)) ||
         !PyTuple_CheckExact(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN), 1)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN), 2)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN), 1)) !=
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, PLAN_SDK_SPAN), 2)) ||
         !PyDict_CheckExact(PyTuple_GET_ITEM(plan, PLAN_DB_TYPES)) ||
         !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_GUARDED)) ||
         !PyAnySet_Check(PyTuple_GET_ITEM(plan, PLAN_SPECIAL)) ||

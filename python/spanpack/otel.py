@@ -912,10 +912,14 @@ if _ReadableSpan is not None and not os.environ.get("SPANPACK_OTEL_PYTHON"):
         _events,
     )
 
-# ReadableSpan and the properties whose fields are read, for ext/otel_map.c
-# to make _reader_for's check itself (sdk_span_class, on the class's own
-# attributes, without a Python call per batch).
-_SDK_SPAN: Tuple[Any, Tuple[str, ...]] = (_ReadableSpan, _SDK_PROPERTIES)
+# ReadableSpan, the properties whose fields are read and those properties as
+# ReadableSpan had them at import, for ext/otel_map.c to make _reader_for's
+# check itself (sdk_span_class, without a Python call per batch).
+_OBJECT_GETATTRIBUTE = vars(object)["__getattribute__"]
+_SDK_PROPERTY_OBJECTS: Tuple[Any, ...] = ()
+if _ReadableSpan is not None:
+    _SDK_PROPERTY_OBJECTS = tuple(_class_attribute(_ReadableSpan, name) for name in _SDK_PROPERTIES)
+_SDK_SPAN: Tuple[Any, Tuple[str, ...], Tuple[Any, ...]] = (_ReadableSpan, _SDK_PROPERTIES, _SDK_PROPERTY_OBJECTS)
 
 # (typed Any: the fields read through them are the SDK's own, not its API)
 _BOUNDED_LIST: Any = _BoundedList
@@ -926,11 +930,17 @@ def _reader_for(cls: type) -> Any:
     """The SDK's ReadableSpan (and its _Span) keep each value in a field that
     its property returns (attributes, events and links as copies or views):
     such a class is read from those fields, saving the copies.  A class that
-    overrides any of the properties is read through them."""
-    if _ReadableSpan is None or not issubclass(cls, _ReadableSpan):
+    finds any of those properties other than as ReadableSpan had them at
+    import (overridden, or patched since), or that looks its attributes up
+    in its own way (``__getattribute__``, ``__getattr__``), is read through
+    them.  ext/otel_map.c's sdk_span_class asks the same."""
+    if _ReadableSpan is None or _ReadableSpan not in cls.__mro__:
         return _read_properties
-    for name in _SDK_PROPERTIES:
-        if getattr(cls, name, None) is not getattr(_ReadableSpan, name, None):
+    if (_class_attribute(cls, "__getattribute__") is not _OBJECT_GETATTRIBUTE
+            or _class_attribute(cls, "__getattr__") is not None):  # fmt: skip
+        return _read_properties
+    for name, found in zip(_SDK_PROPERTIES, _SDK_PROPERTY_OBJECTS):
+        if _class_attribute(cls, name) is not found:
             return _read_properties
     return _read_sdk_span
 
