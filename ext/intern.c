@@ -199,9 +199,10 @@ strtable_rehash(StringTable *table)
 }
 
 int
-strtable_init(StringTable *table, Py_ssize_t encoded_capacity)
+strtable_init(StringTable *table, Py_ssize_t encoded_capacity, uint64_t hash_key)
 {
     memset(table, 0, sizeof *table);
+    table->hash_key = hash_key;
     if (outbuf_init_raw(&table->encoded, encoded_capacity) < 0) {
         return -1;
     }
@@ -321,11 +322,7 @@ strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_enco
                 void *arg, uint32_t *index)
 {
     if (hash == -1) {
-        hash = PyObject_Hash(str);
-        if (hash == -1) {
-            return -1;
-        }
-        /* Not seen with its hash before: it may still be in the table. */
+        hash = strtable_key_hash(table, str);
         if (strtable_find(table, str, hash, index)) {
             return 0;
         }

@@ -202,6 +202,93 @@ strcache_store(EncodedStrCache *cache, PyObject *key, size_t index, const char *
 
 /* ---- v0.5 string table ---- */
 
+/* The table's own hash of a key's bytes (a str's code units at its kind's
+ * width, a bytes' bytes), not CPython's: most keys a tracer writes are
+ * per-span values whose str was never hashed, and CPython's SipHash-1-3 of
+ * them (with the calls around it) was a quarter of a v0.5 span with 40
+ * such tags.  Multiply-and-fold mixing of 16 bytes at a time, keyed by the
+ * table's hash_key (drawn from the process's hash secret at module exec, as
+ * CPython keys str hashes), so that which texts collide is not known to
+ * whoever chooses them.  Equal keys have equal bytes (a str's
+ * representation is canonical), so they hash alike; a str and a bytes of the
+ * same bytes may too, and are told apart by strtable_key_equal. */
+static inline uint64_t
+text_hash_fold(uint64_t a, uint64_t b)
+{
+#ifdef __SIZEOF_INT128__
+    __uint128_t product = (__uint128_t)a * b;
+    return (uint64_t)product ^ (uint64_t)(product >> 64);
+#else
+    uint64_t a_low = (uint32_t)a, a_high = a >> 32, b_low = (uint32_t)b, b_high = b >> 32;
+    uint64_t low_low = a_low * b_low, high_low = a_high * b_low;
+    uint64_t low_high = a_low * b_high, high_high = a_high * b_high;
+    uint64_t middle = (low_low >> 32) + (uint32_t)high_low + low_high;
+    uint64_t high = high_high + (high_low >> 32) + (middle >> 32);
+    uint64_t low = (middle << 32) | (uint32_t)low_low;
+    return low ^ high;
+#endif
+}
+
+static inline uint64_t
+text_hash_load64(const unsigned char *p)
+{
+    uint64_t value;
+    memcpy(&value, p, 8);
+    return value;
+}
+
+static inline uint64_t
+text_hash_load32(const unsigned char *p)
+{
+    uint32_t value;
+    memcpy(&value, p, 4);
+    return value;
+}
+
+/* Two odd constants with well-spread bits (the golden ratio's and the
+ * square root of 2's fractional bits). */
+#define TEXT_HASH_MIX_A 0x9E3779B97F4A7C15ULL
+#define TEXT_HASH_MIX_B 0x6A09E667F3BCC909ULL
+
+static SP_ALWAYS_INLINE Py_hash_t
+text_hash(const void *data, size_t size, uint64_t key)
+{
+    const unsigned char *p = data;
+    uint64_t first, last;
+    if (SP_LIKELY(size <= 16)) {
+        /* The first and last 8 (or 4) bytes, overlapping when shorter. */
+        if (size >= 8) {
+            first = text_hash_load64(p);
+            last = text_hash_load64(p + size - 8);
+        }
+        else if (size >= 4) {
+            first = text_hash_load32(p);
+            last = text_hash_load32(p + size - 4);
+        }
+        else if (size > 0) {
+            first = ((uint64_t)p[0] << 16) | ((uint64_t)p[size >> 1] << 8) | p[size - 1];
+            last = 0;
+        }
+        else {
+            first = last = 0;
+        }
+    }
+    else {
+        /* 16 bytes at a time while more than 16 are left, then the last 16. */
+        const unsigned char *tail = p + size - 16;
+        for (; p < tail; p += 16) {
+            key = text_hash_fold(text_hash_load64(p) ^ TEXT_HASH_MIX_A,
+                                 text_hash_load64(p + 8) ^ key);
+        }
+        first = text_hash_load64(tail);
+        last = text_hash_load64(tail + 8);
+    }
+    uint64_t hash =
+        text_hash_fold(TEXT_HASH_MIX_A ^ size, text_hash_fold(first ^ TEXT_HASH_MIX_B, last ^ key));
+    /* -1 stands for "not computed" in strtable_insert. */
+    return hash == (uint64_t)-1 ? -2 : (Py_hash_t)hash;
+}
+
 typedef struct {
     PyObject **strings; /* by index; exact str or bytes, strong references */
     Py_hash_t *hashes;  /* by index */
@@ -218,7 +305,8 @@ typedef struct {
     uint32_t capacity;
     uint32_t *index_of; /* open addressing: 0 empty, else index + 1 */
     size_t mask;
-    OutBuf encoded; /* the table's str entries, msgpack-encoded, in index order */
+    uint64_t hash_key; /* text_hash's key: the module state's, for every table */
+    OutBuf encoded;    /* the table's str entries, msgpack-encoded, in index order */
 } StringTable;
 
 /* Writes the msgpack form of a new table entry `str` to `out`. */
@@ -226,7 +314,7 @@ typedef int (*strtable_encode_fn)(void *arg, PyObject *str, OutBuf *out);
 
 /* encoded_capacity: initial room for encoded entries (tables that never
  * encode, such as an encoded trace's local table, pass 1). */
-int strtable_init(StringTable *table, Py_ssize_t encoded_capacity);
+int strtable_init(StringTable *table, Py_ssize_t encoded_capacity, uint64_t hash_key);
 /* The most memory one entry of a table's capacity takes: its string and
  * hash, its mark and lent bytes, and up to four 4-byte index slots. */
 #define STRTABLE_MAX_ENTRY_BYTES (sizeof(PyObject *) + sizeof(Py_hash_t) + 2 + 4 * sizeof(uint32_t))
@@ -289,6 +377,36 @@ strtable_key_equal(PyObject *a, PyObject *b)
                                 (size_t)length * PyUnicode_KIND(a));
 }
 
+/* The table's hash of an exact str's text. */
+static SP_ALWAYS_INLINE Py_hash_t
+strtable_str_hash(const StringTable *table, PyObject *str)
+{
+    return text_hash(PyUnicode_DATA(str),
+                     (size_t)PyUnicode_GET_LENGTH(str) * (size_t)PyUnicode_KIND(str),
+                     table->hash_key);
+}
+
+/* strtable_str_hash of `value` when it is an exact str of at most
+ * `max_length` code points (text looked up as it is), else -1. */
+static SP_ALWAYS_INLINE Py_hash_t
+strtable_short_str_hash(const StringTable *table, PyObject *value, Py_ssize_t max_length)
+{
+    if (SP_LIKELY(PyUnicode_CheckExact(value)) && PyUnicode_GET_LENGTH(value) <= max_length) {
+        return strtable_str_hash(table, value);
+    }
+    return -1;
+}
+
+/* The table's hash of a key (an exact str or exact bytes). */
+static inline Py_hash_t
+strtable_key_hash(const StringTable *table, PyObject *key)
+{
+    if (PyBytes_CheckExact(key)) {
+        return text_hash(PyBytes_AS_STRING(key), (size_t)PyBytes_GET_SIZE(key), table->hash_key);
+    }
+    return strtable_str_hash(table, key);
+}
+
 /* 1 and *index set when `str` (with this hash) is in the table, else 0.
  * Always inlined: it is most of the cost of a string reference. */
 static SP_ALWAYS_INLINE int
@@ -317,8 +435,8 @@ strtable_insert_may_fail(const StringTable *table)
     return table->count >= table->capacity || table->count == UINT32_MAX - 1;
 }
 
-/* Add `str` (hash -1: not computed yet), encoding it with `encode` unless
- * NULL.  The slow path of strtable_index. */
+/* Add `str` (hash -1: not computed yet, and maybe in the table already),
+ * encoding it with `encode` unless NULL.  The slow path of strtable_index. */
 int strtable_insert(StringTable *table, PyObject *str, Py_hash_t hash, strtable_encode_fn encode,
                     void *arg, uint32_t *index);
 
@@ -391,9 +509,23 @@ static inline int
 strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, void *arg,
                uint32_t *index)
 {
-    /* str and bytes cache their hash; str's is read without a call. */
-    Py_hash_t hash = PyUnicode_CheckExact(str) ? ((PyASCIIObject *)str)->hash : -1;
-    if (hash != -1 && strtable_find(table, str, hash, index)) {
+    Py_hash_t hash = strtable_key_hash(table, str);
+    if (strtable_find(table, str, hash, index)) {
+        return 0;
+    }
+    return strtable_insert(table, str, hash, encode, arg, index);
+}
+
+/* strtable_index of entry `local_index` of `local`, by the hash kept there
+ * (the same function when both tables have the same key). */
+static inline int
+strtable_index_from(StringTable *table, const StringTable *local, uint32_t local_index,
+                    strtable_encode_fn encode, void *arg, uint32_t *index)
+{
+    PyObject *str = local->strings[local_index];
+    Py_hash_t hash = local->hash_key == table->hash_key ? local->hashes[local_index]
+                                                        : strtable_key_hash(table, str);
+    if (strtable_find(table, str, hash, index)) {
         return 0;
     }
     return strtable_insert(table, str, hash, encode, arg, index);

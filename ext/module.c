@@ -1,5 +1,6 @@
 /* The spanpack._spanpack module: per-interpreter state, multi-phase
  * initialisation (PEP 489) and the module-level functions. */
+#include "intern.h"
 #include "layout_probes.h"
 #include "mpwrite.h"
 #include "otel_map.h"
@@ -147,12 +148,34 @@ init_fast_paths(PyObject *module, SpanpackState *state)
     return result;
 }
 
+/* state->text_hash_key (intern.h's text_hash): from CPython's hash of two
+ * constant strs, so it is as secret as the process's hash secret, and fixed
+ * under PYTHONHASHSEED=0 as str hashes are. */
+static int
+init_text_hash_key(SpanpackState *state)
+{
+    uint64_t key = 0;
+    const char *const texts[] = {"spanpack string table", "spanpack string table key"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        PyObject *text = PyUnicode_FromString(texts[i]);
+        Py_hash_t hash = text != NULL ? PyObject_Hash(text) : -1;
+        Py_XDECREF(text);
+        if (hash == -1) {
+            return -1;
+        }
+        key = (key ^ (uint64_t)hash) * TEXT_HASH_MIX_A;
+    }
+    state->text_hash_key = key;
+    return 0;
+}
+
 static int
 spanpack_exec(PyObject *module)
 {
     SpanpackState *state = spanpack_state_from_module(module);
     if (intern_names(state) < 0 || add_constants(module) < 0 || import_attributes(state) < 0 ||
-        init_epoch(state) < 0 || init_fast_paths(module, state) < 0) {
+        init_epoch(state) < 0 || init_fast_paths(module, state) < 0 ||
+        init_text_hash_key(state) < 0) {
         return -1;
     }
     if (!PyType_Check(state->ext_type) || !PyType_Check(state->timestamp_type)) {

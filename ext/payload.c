@@ -61,10 +61,10 @@ part_init(EncodedPart *part, SpanpackState *state, int version, int lends)
     }
     /* v1.0 parts share v0.5's seed: only referenced entries ever reach a
      * payload. */
-    if (version != 4 &&
-        (strtable_init(&part->strings, 1) < 0 || seed_table(&part->strings, state, NULL) < 0 ||
-         (version == V10_VERSION && strtable_use_marks(&part->strings) < 0) ||
-         (lends && strtable_use_lending(&part->strings) < 0))) {
+    if (version != 4 && (strtable_init(&part->strings, 1, state->text_hash_key) < 0 ||
+                         seed_table(&part->strings, state, NULL) < 0 ||
+                         (version == V10_VERSION && strtable_use_marks(&part->strings) < 0) ||
+                         (lends && strtable_use_lending(&part->strings) < 0))) {
         part_free(part);
         return -1;
     }
@@ -132,7 +132,8 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
     if (big_table) {
         /* A fresh seeded table; if even that cannot be had, keep the old. */
         StringTable small;
-        if (strtable_init(&small, 1) == 0 && seed_table(&small, state, NULL) == 0 &&
+        if (strtable_init(&small, 1, state->text_hash_key) == 0 &&
+            seed_table(&small, state, NULL) == 0 &&
             (part->strings.marks == NULL || strtable_use_marks(&small) == 0) &&
             (part->strings.lent == NULL || strtable_use_lending(&small) == 0)) {
             strtable_free(&part->strings);
@@ -191,7 +192,7 @@ payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssiz
     if (payload_init_body(payload, version, capacity, header_room) < 0) {
         return -1;
     }
-    if (version == 5 && (strtable_init(&payload->table, 1024) < 0 ||
+    if (version == 5 && (strtable_init(&payload->table, 1024, state->text_hash_key) < 0 ||
                          seed_table(&payload->table, state, payload_encode_table_entry) < 0)) {
         payload_free(payload);
         return -1;
@@ -199,7 +200,8 @@ payload_init(PayloadBuilder *payload, SpanpackState *state, int version, Py_ssiz
     /* v1.0: id 0 is the empty string, never streamed. */
     uint32_t empty;
     if (version == V10_VERSION &&
-        (strtable_init(&payload->table, 1) < 0 || strtable_use_marks(&payload->table) < 0 ||
+        (strtable_init(&payload->table, 1, state->text_hash_key) < 0 ||
+         strtable_use_marks(&payload->table) < 0 ||
          strtable_index(&payload->table, state->str_empty, NULL, NULL, &empty) < 0)) {
         payload_free(payload);
         return -1;
@@ -411,8 +413,8 @@ append_with_indexes(PayloadBuilder *payload, const EncodedPart *part)
     }
     int result = -1;
     for (uint32_t i = 0; i < local->count; i++) {
-        if (strtable_index(&payload->table, local->strings[i], payload_encode_table_entry, NULL,
-                           &index_map[i]) < 0) {
+        if (strtable_index_from(&payload->table, local, i, payload_encode_table_entry, NULL,
+                                &index_map[i]) < 0) {
             goto done;
         }
     }
@@ -616,8 +618,8 @@ append_rewriting(PayloadBuilder *payload, const EncodedPart *part)
     }
     memset(local_of, 0xff, ((size_t)forecast->next + 1) * sizeof(uint32_t));
     for (uint32_t i = 0; i < local->count; i++) {
-        if (strtable_index(&payload->table, local->strings[i], payload_encode_table_entry, NULL,
-                           &index_map[i]) < 0) {
+        if (strtable_index_from(&payload->table, local, i, payload_encode_table_entry, NULL,
+                                &index_map[i]) < 0) {
             goto done;
         }
         if (i >= V05_FIXED_ENTRIES) {

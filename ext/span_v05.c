@@ -45,13 +45,16 @@ v05_write_index(SpanWriter *w, uint32_t index, int into_payload)
     return 0;
 }
 
-/* strtable_index on the writer's table; an entry new to an encoded trace's
- * table gets its forecast payload index. */
+/* strtable_index on the writer's table (`absent_hash`: the table's hash of
+ * `key` when a lookup just failed to find it, else -1); an entry new to an
+ * encoded trace's table gets its forecast payload index. */
 static SP_ALWAYS_INLINE int
-v05_table_index(SpanWriter *w, PyObject *key, uint32_t *index)
+v05_table_index(SpanWriter *w, PyObject *key, Py_hash_t absent_hash, uint32_t *index)
 {
     uint32_t count = w->strings->count;
-    if (strtable_index(w->strings, key, w->encode_string, NULL, index) < 0) {
+    if ((absent_hash == -1
+             ? strtable_index(w->strings, key, w->encode_string, NULL, index)
+             : strtable_insert(w->strings, key, absent_hash, w->encode_string, NULL, index)) < 0) {
         return -1;
     }
     if (w->forecast != NULL && w->strings->count != count) {
@@ -61,18 +64,20 @@ v05_table_index(SpanWriter *w, PyObject *key, uint32_t *index)
 }
 
 /* The table key for a text value: the (truncated) exact str or exact bytes,
- * as the reference tracer keys its table. */
+ * as the reference tracer keys its table.  `hash`: the table's hash of
+ * `value`, an exact str of at most MAX_TEXT_LEN code points not in the
+ * table, else -1. */
 static SP_NOINLINE int
-v05_text_index_slow(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
-                    uint32_t *index)
+v05_text_index_slow(SpanWriter *w, PyObject *value, Py_hash_t hash, const char *field,
+                    PyObject *key, uint32_t *index)
 {
-    if (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
+    if (hash != -1) {
         /* Validate now so that joining can never fail on this string. */
         Py_ssize_t size;
         if (!PyUnicode_IS_ASCII(value) && span_utf8(w, value, field, key, &size) == NULL) {
             return -1;
         }
-        return v05_table_index(w, value, index);
+        return v05_table_index(w, value, hash, index);
     }
     PreparedText text;
     int prepared = text_prepare(w, value, field, key, &text);
@@ -80,7 +85,7 @@ v05_text_index_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
         *index = V05_EMPTY_INDEX;
         return prepared;
     }
-    int result = v05_table_index(w, text.object, index);
+    int result = v05_table_index(w, text.object, -1, index);
     Py_DECREF(text.object);
     return result;
 }
@@ -91,12 +96,10 @@ v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
     uint32_t index = V05_EMPTY_INDEX;
     if (value != NULL && value != Py_None) {
         /* Most text is a short str already in the table (it was validated
-         * when it went in), found by the hash the str keeps. */
-        Py_hash_t hash;
-        if (!(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN &&
-              (hash = ((PyASCIIObject *)value)->hash) != -1 &&
-              strtable_find(w->strings, value, hash, &index)) &&
-            v05_text_index_slow(w, value, field, key, &index) < 0) {
+         * when it went in). */
+        Py_hash_t hash = strtable_short_str_hash(w->strings, value, MAX_TEXT_LEN);
+        if (!(hash != -1 && strtable_find(w->strings, value, hash, &index)) &&
+            v05_text_index_slow(w, value, hash, field, key, &index) < 0) {
             return -1;
         }
     }
@@ -503,7 +506,7 @@ v05_start_trace(SpanWriter *w, TraceInfo *info)
     if (info->origin == NULL) {
         return 0;
     }
-    return v05_table_index(w, info->origin, &info->origin_index);
+    return v05_table_index(w, info->origin, -1, &info->origin_index);
 }
 
 int

@@ -162,10 +162,7 @@ static int
 v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key)
 {
     uint32_t index;
-    Py_hash_t hash = PyObject_Hash(str); /* an exact str: cannot fail */
-    if (hash == -1) {
-        return -1;
-    }
+    Py_hash_t hash = strtable_str_hash(w->strings, str);
     if (strtable_find(w->strings, str, hash, &index)) {
         return v10_write_id(w, index); /* equal text seen before */
     }
@@ -200,13 +197,13 @@ v10_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject 
 }
 
 /* Text not found in the table by `hash` (-1: not looked up, as it is no
- * exact str with a known hash): a short str is written as new without a
- * second lookup, anything else as v10_write_text_slow. */
+ * exact str of at most MAX_TEXT_LEN code points): such a str is written as
+ * new without a second lookup, anything else as v10_write_text_slow. */
 static SP_ALWAYS_INLINE int
 v10_write_text_not_found(SpanWriter *w, PyObject *value, Py_hash_t hash, const char *field,
                          PyObject *key)
 {
-    if (hash != -1 && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
+    if (hash != -1) {
         return v10_write_unseen_str(w, value, hash, field, key);
     }
     return v10_write_text_slow(w, value, field, key);
@@ -217,8 +214,8 @@ static SP_ALWAYS_INLINE int
 v10_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
     uint32_t index;
-    /* Most text is a str streamed before, found by the hash it keeps. */
-    Py_hash_t hash = SP_LIKELY(PyUnicode_CheckExact(value)) ? ((PyASCIIObject *)value)->hash : -1;
+    /* Most text is a short str streamed before. */
+    Py_hash_t hash = strtable_short_str_hash(w->strings, value, MAX_TEXT_LEN);
     if (SP_LIKELY(hash != -1) && strtable_find(w->strings, value, hash, &index)) {
         return v10_write_id(w, index);
     }
@@ -673,8 +670,9 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     StringTable *table = w->strings;
     uint32_t index;
     int tag;
-    /* -1: not an exact str whose hash is known, so not looked up below. */
-    Py_hash_t hash = SP_LIKELY(PyUnicode_CheckExact(key)) ? ((PyASCIIObject *)key)->hash : -1;
+    /* -1: not an exact str of at most MAX_TEXT_LEN code points, so not
+     * looked up below. */
+    Py_hash_t hash = strtable_short_str_hash(table, key, MAX_TEXT_LEN);
     /* Most keys are a str streamed before: its entry's mark says whether it
      * names a tag that may become a field (its text is read once per entry). */
     if (SP_LIKELY(hash != -1) && strtable_find(table, key, hash, &index)) {

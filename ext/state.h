@@ -90,6 +90,8 @@ typedef struct {
     SPANPACK_STATE_STRINGS(SP_STATE_STRING_MEMBER)
     /* The in-place readers proven at module exec (layout_probes.h). */
     SpFastPaths fast_paths;
+    /* The key of every string table's hash (intern.h's text_hash). */
+    uint64_t text_hash_key;
 #undef SP_STATE_TYPE_MEMBER
 #undef SP_STATE_IMPORT_MEMBER
 #undef SP_STATE_MADE_MEMBER
