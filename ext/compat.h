@@ -55,6 +55,16 @@ PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
 #define SP_ALWAYS_INLINE inline
 #endif
 
+/* A str made by a legacy API (CPython 3.11 and older) has no length or
+ * text in place until something makes it ready. */
+#if PY_VERSION_HEX < 0x030C0000
+#define SP_UNICODE_IS_READY(op) PyUnicode_IS_READY(op)
+#define SP_UNICODE_READY(op) PyUnicode_READY(op)
+#else
+#define SP_UNICODE_IS_READY(op) 1
+#define SP_UNICODE_READY(op) 0
+#endif
+
 /* Mixed bits of an object's address (Fibonacci hashing; objects are 16-byte
  * aligned, so the low bits carry nothing): take the high bits wanted. */
 static inline uint64_t

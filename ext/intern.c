@@ -199,14 +199,16 @@ strtable_rehash(StringTable *table)
 }
 
 int
-strtable_init(StringTable *table, Py_ssize_t encoded_capacity, uint64_t hash_key)
+strtable_init(StringTable *table, Py_ssize_t encoded_capacity, const uint64_t hash_key[2])
 {
     memset(table, 0, sizeof *table);
-    table->hash_key = hash_key;
+    table->hash_key[0] = hash_key[0];
+    table->hash_key[1] = hash_key[1];
     if (outbuf_init_raw(&table->encoded, encoded_capacity) < 0) {
         return -1;
     }
-    if (strtable_alloc(table, STRTABLE_INITIAL_CAPACITY) < 0) {
+    table->index_by_object = PyMem_Calloc(STRTABLE_OBJECT_SLOTS, sizeof(uint32_t));
+    if (table->index_by_object == NULL || strtable_alloc(table, STRTABLE_INITIAL_CAPACITY) < 0) {
         strtable_free(table);
         PyErr_NoMemory();
         return -1;
@@ -281,6 +283,7 @@ strtable_free(StringTable *table)
     PyMem_Free(table->marks);
     PyMem_Free(table->lent);
     PyMem_Free(table->index_of);
+    PyMem_Free(table->index_by_object);
     if (table->encoded.start != NULL) {
         outbuf_free(&table->encoded);
     }

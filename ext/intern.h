@@ -206,12 +206,13 @@ strcache_store(EncodedStrCache *cache, PyObject *key, size_t index, const char *
  * width, a bytes' bytes), not CPython's: most keys a tracer writes are
  * per-span values whose str was never hashed, and CPython's SipHash-1-3 of
  * them (with the calls around it) was a quarter of a v0.5 span with 40
- * such tags.  Multiply-and-fold mixing of 16 bytes at a time, keyed by the
- * table's hash_key (drawn from the process's hash secret at module exec, as
- * CPython keys str hashes), so that which texts collide is not known to
- * whoever chooses them.  Equal keys have equal bytes (a str's
- * representation is canonical), so they hash alike; a str and a bytes of the
- * same bytes may too, and are told apart by strtable_key_equal. */
+ * such tags.  Multiply-and-fold mixing of 16 bytes at a time.  Both factors
+ * of every product are keyed (the table's hash_key, drawn from the
+ * process's hash secret at module exec, as CPython keys str hashes): text
+ * that zeroed a factor would collide whatever else it holds, and only the
+ * key says which text that is.  Equal keys have equal bytes (a str's
+ * representation is canonical), so they hash alike; a str and a bytes of
+ * the same bytes may too, and are told apart by strtable_key_equal. */
 static inline uint64_t
 text_hash_fold(uint64_t a, uint64_t b)
 {
@@ -245,16 +246,15 @@ text_hash_load32(const unsigned char *p)
     return value;
 }
 
-/* Two odd constants with well-spread bits (the golden ratio's and the
- * square root of 2's fractional bits). */
-#define TEXT_HASH_MIX_A 0x9E3779B97F4A7C15ULL
-#define TEXT_HASH_MIX_B 0x6A09E667F3BCC909ULL
+/* An odd constant with well-spread bits (the golden ratio's fractional
+ * bits), for the last fold with the size. */
+#define TEXT_HASH_MIX 0x9E3779B97F4A7C15ULL
 
 static SP_ALWAYS_INLINE Py_hash_t
-text_hash(const void *data, size_t size, uint64_t key)
+text_hash(const void *data, size_t size, const uint64_t key[2])
 {
     const unsigned char *p = data;
-    uint64_t first, last;
+    uint64_t first, last, running = key[1];
     if (SP_LIKELY(size <= 16)) {
         /* The first and last 8 (or 4) bytes, overlapping when shorter. */
         if (size >= 8) {
@@ -277,16 +277,16 @@ text_hash(const void *data, size_t size, uint64_t key)
         /* 16 bytes at a time while more than 16 are left, then the last 16. */
         const unsigned char *tail = p + size - 16;
         for (; p < tail; p += 16) {
-            key = text_hash_fold(text_hash_load64(p) ^ TEXT_HASH_MIX_A,
-                                 text_hash_load64(p + 8) ^ key);
+            running =
+                text_hash_fold(text_hash_load64(p) ^ key[0], text_hash_load64(p + 8) ^ running);
         }
         first = text_hash_load64(tail);
         last = text_hash_load64(tail + 8);
     }
-    uint64_t hash =
-        text_hash_fold(TEXT_HASH_MIX_A ^ size, text_hash_fold(first ^ TEXT_HASH_MIX_B, last ^ key));
+    Py_hash_t hash = (Py_hash_t)text_hash_fold(TEXT_HASH_MIX ^ size,
+                                               text_hash_fold(first ^ key[0], last ^ running));
     /* -1 stands for "not computed" in strtable_insert. */
-    return hash == (uint64_t)-1 ? -2 : (Py_hash_t)hash;
+    return hash == -1 ? -2 : hash;
 }
 
 typedef struct {
@@ -305,17 +305,24 @@ typedef struct {
     uint32_t capacity;
     uint32_t *index_of; /* open addressing: 0 empty, else index + 1 */
     size_t mask;
-    uint64_t hash_key; /* text_hash's key: the module state's, for every table */
-    OutBuf encoded;    /* the table's str entries, msgpack-encoded, in index order */
+    /* STRTABLE_OBJECT_SLOTS slots by an object's address: index + 1 of the
+     * entry that object was last found to be (strtable_find_text), 0 for
+     * none; a slot is trusted only while that entry still is that object. */
+    uint32_t *index_by_object;
+    uint64_t hash_key[2]; /* text_hash's key: the module state's, for every table */
+    OutBuf encoded;       /* the table's str entries, msgpack-encoded, in index order */
 } StringTable;
+
+#define STRTABLE_OBJECT_SLOTS 256 /* a power of two */
 
 /* Writes the msgpack form of a new table entry `str` to `out`. */
 typedef int (*strtable_encode_fn)(void *arg, PyObject *str, OutBuf *out);
 
 /* encoded_capacity: initial room for encoded entries (tables that never
  * encode, such as an encoded trace's local table, pass 1). */
-int strtable_init(StringTable *table, Py_ssize_t encoded_capacity, uint64_t hash_key);
-/* The most memory one entry of a table's capacity takes: its string and
+int strtable_init(StringTable *table, Py_ssize_t encoded_capacity, const uint64_t hash_key[2]);
+/* The most memory one entry of a table's capacity takes (beyond a table's
+ * fixed STRTABLE_OBJECT_SLOTS index slots by object): its string and
  * hash, its mark and lent bytes, and up to four 4-byte index slots. */
 #define STRTABLE_MAX_ENTRY_BYTES (sizeof(PyObject *) + sizeof(Py_hash_t) + 2 + 4 * sizeof(uint32_t))
 /* Give the table its marks (every entry's 0); -1 and MemoryError if there
@@ -387,11 +394,14 @@ strtable_str_hash(const StringTable *table, PyObject *str)
 }
 
 /* strtable_str_hash of `value` when it is an exact str of at most
- * `max_length` code points (text looked up as it is), else -1. */
+ * `max_length` code points (text looked up as it is), else -1.  (A str a
+ * legacy API made and nothing has made ready yet, CPython 3.11 and older,
+ * shows no length or text until it is: -1, for the slow path.) */
 static SP_ALWAYS_INLINE Py_hash_t
 strtable_short_str_hash(const StringTable *table, PyObject *value, Py_ssize_t max_length)
 {
-    if (SP_LIKELY(PyUnicode_CheckExact(value)) && PyUnicode_GET_LENGTH(value) <= max_length) {
+    if (SP_LIKELY(PyUnicode_CheckExact(value)) && SP_UNICODE_IS_READY(value) &&
+        PyUnicode_GET_LENGTH(value) <= max_length) {
         return strtable_str_hash(table, value);
     }
     return -1;
@@ -422,6 +432,50 @@ strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t 
             return 1;
         }
         i = (i + 1) & table->mask;
+    }
+    return 0;
+}
+
+/* The slot of index_by_object for `object`. */
+static inline uint32_t *
+strtable_object_slot(const StringTable *table, const PyObject *object)
+{
+    return &table->index_by_object[sp_hash_address(object) >> (64 - 8)];
+}
+
+_Static_assert(STRTABLE_OBJECT_SLOTS == 1 << 8, "strtable_object_slot takes 8 bits");
+
+/* 1 and *index set when `value` (any object) is in the table as this very
+ * object, found by its address; 0 says nothing about its text. */
+static SP_ALWAYS_INLINE int
+strtable_find_object(const StringTable *table, const PyObject *value, uint32_t *index)
+{
+    /* (0, no entry, wraps to UINT32_MAX: never below count.) */
+    uint32_t candidate = *strtable_object_slot(table, value) - 1;
+    if (candidate < table->count && table->strings[candidate] == value) {
+        *index = candidate;
+        return 1;
+    }
+    return 0;
+}
+
+/* strtable_find for text given as `value`, any object: 1 and *index set
+ * when it is in the table as itself (a name, a key, a constant value: most
+ * repeated text is the same object again, which costs no hash of its text)
+ * or, for an exact str of at most `max_length` code points, by its text;
+ * else 0 with *hash that str's table hash (-1 for any other value, not
+ * looked up by text).  A str found by its text is remembered by address. */
+static SP_ALWAYS_INLINE int
+strtable_find_text(StringTable *table, PyObject *value, Py_ssize_t max_length, Py_hash_t *hash,
+                   uint32_t *index)
+{
+    if (strtable_find_object(table, value, index)) {
+        return 1;
+    }
+    *hash = strtable_short_str_hash(table, value, max_length);
+    if (*hash != -1 && strtable_find(table, value, *hash, index)) {
+        *strtable_object_slot(table, value) = *index + 1;
+        return 1;
     }
     return 0;
 }
@@ -517,14 +571,14 @@ strtable_index(StringTable *table, PyObject *str, strtable_encode_fn encode, voi
 }
 
 /* strtable_index of entry `local_index` of `local`, by the hash kept there
- * (the same function when both tables have the same key). */
+ * (every table's key is the module state's, drawn from the process's hash
+ * secret: one key in the process). */
 static inline int
 strtable_index_from(StringTable *table, const StringTable *local, uint32_t local_index,
                     strtable_encode_fn encode, void *arg, uint32_t *index)
 {
     PyObject *str = local->strings[local_index];
-    Py_hash_t hash = local->hash_key == table->hash_key ? local->hashes[local_index]
-                                                        : strtable_key_hash(table, str);
+    Py_hash_t hash = local->hashes[local_index];
     if (strtable_find(table, str, hash, index)) {
         return 0;
     }

@@ -148,24 +148,23 @@ init_fast_paths(PyObject *module, SpanpackState *state)
     return result;
 }
 
-/* state->text_hash_key (intern.h's text_hash): from CPython's hash of two
+/* state->text_hash_key (intern.h's text_hash): CPython's hashes of two
  * constant strs, so it is as secret as the process's hash secret, and fixed
  * under PYTHONHASHSEED=0 as str hashes are. */
 static int
 init_text_hash_key(SpanpackState *state)
 {
-    uint64_t key = 0;
     const char *const texts[] = {"spanpack string table", "spanpack string table key"};
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+    for (size_t i = 0; i < 2; i++) {
         PyObject *text = PyUnicode_FromString(texts[i]);
         Py_hash_t hash = text != NULL ? PyObject_Hash(text) : -1;
         Py_XDECREF(text);
         if (hash == -1) {
             return -1;
         }
-        key = (key ^ (uint64_t)hash) * TEXT_HASH_MIX_A;
+        /* (Spread over 64 bits where Py_hash_t has 32.) */
+        state->text_hash_key[i] = (uint64_t)hash * TEXT_HASH_MIX;
     }
-    state->text_hash_key = key;
     return 0;
 }
 

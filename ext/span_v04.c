@@ -177,7 +177,8 @@ v04_write_text_probing(SpanWriter *w, PyObject *value, const char *field, PyObje
             return cached < 0 ? -1 : 0;
         }
     }
-    if (SP_LIKELY(PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN)) {
+    if (SP_LIKELY(PyUnicode_CheckExact(value) && SP_UNICODE_IS_READY(value) &&
+                  PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN)) {
         return v04_write_str_uncached(w, value, cache_index, field, key);
     }
     return v04_write_text_slow(w, value, field, key, allow_none);

@@ -97,8 +97,8 @@ v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
     if (value != NULL && value != Py_None) {
         /* Most text is a short str already in the table (it was validated
          * when it went in). */
-        Py_hash_t hash = strtable_short_str_hash(w->strings, value, MAX_TEXT_LEN);
-        if (!(hash != -1 && strtable_find(w->strings, value, hash, &index)) &&
+        Py_hash_t hash;
+        if (!strtable_find_text(w->strings, value, MAX_TEXT_LEN, &hash, &index) &&
             v05_text_index_slow(w, value, hash, field, key, &index) < 0) {
             return -1;
         }

@@ -174,7 +174,8 @@ v10_write_new_str(SpanWriter *w, PyObject *str, const char *field, PyObject *key
 static SP_NOINLINE int
 v10_write_text_slow(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
-    if (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
+    if (PyUnicode_CheckExact(value) && SP_UNICODE_IS_READY(value) &&
+        PyUnicode_GET_LENGTH(value) <= MAX_TEXT_LEN) {
         return v10_write_new_str(w, value, field, key);
     }
     PreparedText text;
@@ -215,8 +216,8 @@ v10_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key)
 {
     uint32_t index;
     /* Most text is a short str streamed before. */
-    Py_hash_t hash = strtable_short_str_hash(w->strings, value, MAX_TEXT_LEN);
-    if (SP_LIKELY(hash != -1) && strtable_find(w->strings, value, hash, &index)) {
+    Py_hash_t hash;
+    if (SP_LIKELY(strtable_find_text(w->strings, value, MAX_TEXT_LEN, &hash, &index))) {
         return v10_write_id(w, index);
     }
     return v10_write_text_not_found(w, value, hash, field, key);
@@ -671,11 +672,11 @@ v10_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
     uint32_t index;
     int tag;
     /* -1: not an exact str of at most MAX_TEXT_LEN code points, so not
-     * looked up below. */
-    Py_hash_t hash = strtable_short_str_hash(table, key, MAX_TEXT_LEN);
+     * looked up by its text. */
+    Py_hash_t hash;
     /* Most keys are a str streamed before: its entry's mark says whether it
      * names a tag that may become a field (its text is read once per entry). */
-    if (SP_LIKELY(hash != -1) && strtable_find(table, key, hash, &index)) {
+    if (SP_LIKELY(strtable_find_text(table, key, MAX_TEXT_LEN, &hash, &index))) {
         unsigned int mark = table->marks[index]; /* v1.0 tables have marks */
         if (SP_UNLIKELY(mark != V10_MARK_PLAIN)) {
             if (mark == V10_MARK_UNKNOWN) {

@@ -246,6 +246,9 @@ text_prepare_held(SpanWriter *w, PyObject *value, const char *field, PyObject *k
         return 0;
     }
     if (PyUnicode_Check(value)) {
+        if (SP_UNICODE_READY(value) < 0) {
+            return span_reraise(w, field, key);
+        }
         if (PyUnicode_GET_LENGTH(value) > MAX_TEXT_LEN) {
             text->object = truncated_str(value);
         }

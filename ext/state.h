@@ -91,7 +91,7 @@ typedef struct {
     /* The in-place readers proven at module exec (layout_probes.h). */
     SpFastPaths fast_paths;
     /* The key of every string table's hash (intern.h's text_hash). */
-    uint64_t text_hash_key;
+    uint64_t text_hash_key[2];
 #undef SP_STATE_TYPE_MEMBER
 #undef SP_STATE_IMPORT_MEMBER
 #undef SP_STATE_MADE_MEMBER

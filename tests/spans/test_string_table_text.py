@@ -11,6 +11,8 @@ whether CPython hashed a str first.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import spanpack
@@ -43,6 +45,7 @@ def texts():
 
 
 TEXTS = texts()
+VERSIONS_WITH_TABLES = ["v0.5", "v1.0"]
 
 
 def _trace(make_text, span_class):
@@ -81,7 +84,7 @@ def test_v05_texts_built_per_span_are_one_entry_each_as_ddtrace_writes_them(ddtr
     assert len(table) == len(set(table)), "the reference table has no duplicates"
 
 
-@pytest.mark.parametrize("version", ["v0.5", "v1.0"])
+@pytest.mark.parametrize("version", VERSIONS_WITH_TABLES)
 def test_payload_does_not_depend_on_cpython_having_hashed_a_str(version):
     def span(text_of, span_id):
         return {"trace_id": 7, "span_id": span_id, "parent_id": 0, "name": text_of("op"),
@@ -108,3 +111,36 @@ def test_v05_a_str_and_a_bytes_of_the_same_bytes_stay_two_entries():
             "meta": {"k1": "abc", "k2": b"abc"}}
     table = unpack(spanpack.TraceMsgPackEncoder("v0.5").encode_traces([[span]]))[0]
     assert table.count("abc") == 2
+
+
+def _legacy_str(text: str) -> str:
+    """A str as a C extension using the pre-PEP 393 API makes it (CPython
+    3.11 and older): no length or text in place until something makes it
+    ready."""
+    import ctypes
+
+    api = ctypes.pythonapi
+    api.PyUnicode_FromUnicode.restype = ctypes.py_object
+    api.PyUnicode_FromUnicode.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+    api.PyUnicode_AsUnicode.restype = ctypes.c_void_p
+    api.PyUnicode_AsUnicode.argtypes = (ctypes.py_object,)
+    made = api.PyUnicode_FromUnicode(None, len(text))
+    buffer = ctypes.create_unicode_buffer(text, len(text))
+    ctypes.memmove(api.PyUnicode_AsUnicode(made), buffer, len(text) * ctypes.sizeof(ctypes.c_wchar))
+    return made
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="CPython 3.12 removed the legacy str API")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("version", ["v0.4", *VERSIONS_WITH_TABLES])
+@pytest.mark.parametrize("text", ["GET /users", "\u0436" * 30, "x" * 30_000])
+def test_a_legacy_str_is_written_as_the_same_text_made_ready(version, text):
+    """It is one entry with the equal ready str (v0.5, v1.0), and cut at
+    25,000 code points like any str."""
+    def trace(value_of):
+        return [{"trace_id": 1, "span_id": span_id, "name": "n", "start_ns": 1, "duration_ns": 1,
+                 "meta": {"a": value_of(text)}} for span_id in (1, 2)]
+
+    first_legacy = trace(lambda value: value)
+    first_legacy[0]["meta"]["a"] = _legacy_str(text)
+    assert spanpack_paths(version, [first_legacy]) == spanpack_paths(version, [trace(fresh)])
