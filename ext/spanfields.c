@@ -200,11 +200,13 @@ ddtrace_names(SpanFieldReader *reader)
         }
     }
     reader->context_name = PyUnicode_InternFromString("context");
+    reader->context_slot_name = PyUnicode_InternFromString("_context");
     reader->context_meta_name = PyUnicode_InternFromString("_meta");
     reader->context_origin_name = PyUnicode_InternFromString("dd_origin");
     reader->origin_meta_key = PyUnicode_InternFromString("_dd.origin");
-    return reader->context_name == NULL || reader->context_meta_name == NULL ||
-                   reader->context_origin_name == NULL || reader->origin_meta_key == NULL
+    return reader->context_name == NULL || reader->context_slot_name == NULL ||
+                   reader->context_meta_name == NULL || reader->context_origin_name == NULL ||
+                   reader->origin_meta_key == NULL
                ? -1
                : 0;
 }
@@ -327,6 +329,9 @@ layout_clear(SpanTypeLayout *layout)
     }
     layout->watched_count = 0;
     memset(layout->offset, 0, sizeof layout->offset);
+    layout->context_offset = 0;
+    Py_CLEAR(layout->context_getter);
+    Py_CLEAR(layout->context_code);
 }
 
 void
@@ -339,6 +344,7 @@ spanfields_clear(SpanFieldReader *reader)
     Py_CLEAR(reader->bool_text[0]);
     Py_CLEAR(reader->bool_text[1]);
     Py_CLEAR(reader->context_name);
+    Py_CLEAR(reader->context_slot_name);
     Py_CLEAR(reader->context_meta_name);
     Py_CLEAR(reader->context_origin_name);
     Py_CLEAR(reader->origin_meta_key);
@@ -379,6 +385,8 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
         for (int k = 0; k < reader->layouts[i].watched_count; k++) {
             Py_VISIT(reader->layouts[i].watched[k]);
         }
+        Py_VISIT(reader->layouts[i].context_getter);
+        Py_VISIT(reader->layouts[i].context_code);
     }
     Py_VISIT(reader->ddtrace_context_type);
     Py_VISIT(reader->last_link_type);
@@ -1254,6 +1262,96 @@ native_trace_id(const FieldAccess *access, int *failed)
     return result;
 }
 
+/* Is `function` the function `qualname` of module `module`, with code of
+ * that name from a file of that module (whose path ends with `path`, with
+ * '/' for any separator)?  Code given to the function from elsewhere
+ * (`__code__` assigned) is not.  1, 0, or -1 with an error. */
+static int
+function_named(PyObject *function, const char *module, const char *qualname, const char *path)
+{
+    if (!PyFunction_Check(function)) {
+        return 0;
+    }
+    const char *last_dot = strrchr(qualname, '.');
+    const char *short_name = last_dot != NULL ? last_dot + 1 : qualname;
+    PyObject *module_name = PyFunction_GET_MODULE(function); /* borrowed */
+    PyCodeObject *code = (PyCodeObject *)PyFunction_GET_CODE(function);
+    PyObject *own_qualname = PyObject_GetAttrString(function, "__qualname__");
+    PyObject *file = NULL, *suffix = NULL;
+    int result = -1;
+    if (own_qualname == NULL) {
+        goto done;
+    }
+    result = module_name != NULL && PyUnicode_Check(module_name) &&
+             PyUnicode_CompareWithASCIIString(module_name, module) == 0 &&
+             PyUnicode_Check(own_qualname) &&
+             PyUnicode_CompareWithASCIIString(own_qualname, qualname) == 0 &&
+             PyUnicode_Check(code->co_name) &&
+             PyUnicode_CompareWithASCIIString(code->co_name, short_name) == 0 &&
+             PyUnicode_Check(code->co_filename);
+    if (result <= 0) {
+        goto done;
+    }
+    result = -1;
+    file = PyObject_CallMethod(code->co_filename, "replace", "ss", "\\", "/");
+    suffix = PyUnicode_FromString(path);
+    if (file == NULL || suffix == NULL) {
+        goto done;
+    }
+    Py_ssize_t match =
+        PyUnicode_Check(file) ? PyUnicode_Tailmatch(file, suffix, 0, PY_SSIZE_T_MAX, 1) : 0;
+    result = match < 0 ? -1 : match > 0;
+done:
+    Py_XDECREF(suffix);
+    Py_XDECREF(file);
+    Py_XDECREF(own_qualname);
+    return result;
+}
+
+/* For ddtrace's Span class or a subclass (`type`, held by the caller): when
+ * its `context` is ddtrace's lazy property, `ddtrace._trace.span`'s
+ * `Span.context` (4.16: returns the `_context` slot when set, else builds
+ * the context, sets the slot and returns it), the slot's offset and the
+ * property's getter and code (new references) into the layout's fields;
+ * else they stay 0 and NULL.  Only for the generic attribute lookup (an own
+ * __getattribute__ could answer otherwise).  0, or -1 with an error. */
+static int
+resolve_context_slot(SpanFieldReader *reader, PyTypeObject *type, Py_ssize_t *offset,
+                     PyObject **getter, PyObject **code)
+{
+    *offset = 0;
+    *getter = *code = NULL;
+    if (type->tp_getattro != PyObject_GenericGetAttr) {
+        return 0;
+    }
+    /* _PyType_Lookup's results are borrowed: owned at once. */
+    PyObject *property = Py_XNewRef(_PyType_Lookup(type, reader->context_name));
+    PyObject *slot = Py_XNewRef(_PyType_Lookup(type, reader->context_slot_name));
+    PyObject *fget = NULL;
+    int result = 0;
+    Py_ssize_t slot_offset = slot != NULL ? member_slot_offset(type, slot) : 0;
+    if (property == NULL || !Py_IS_TYPE(property, &PyProperty_Type) || slot_offset <= 0) {
+        goto done;
+    }
+    fget = PyObject_GetAttrString(property, "fget");
+    if (fget == NULL) {
+        result = -1;
+        goto done;
+    }
+    result = function_named(fget, "ddtrace._trace.span", "Span.context", "ddtrace/_trace/span.py");
+    if (result > 0) {
+        *offset = slot_offset;
+        *getter = Py_NewRef(fget);
+        *code = Py_NewRef(PyFunction_GET_CODE(fget));
+        result = 0;
+    }
+done:
+    Py_XDECREF(fget);
+    Py_XDECREF(slot);
+    Py_XDECREF(property);
+    return result;
+}
+
 /* The layout of `type`, from the cache or resolved now (from `span`, an
  * instance, or NULL: the first span of a class is checked for misnamed
  * fields).  Resolving may run Python code (a key's __eq__ in a class
@@ -1317,14 +1415,20 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
         classify_attribute(type, attributes[i], &access[i], &offsets[i]);
     }
     int trace_id_is_int = 0;
+    Py_ssize_t context_offset = 0;
+    PyObject *context_getter = NULL, *context_code = NULL;
     if (check_mapped_names(reader, type, access, failed) < 0 ||
         (ddtrace_span && resolve_ddtrace_fields(reader, type, access, failed) < 0) ||
         (ddtrace_span && (trace_id_is_int = native_trace_id(&access[SF_TRACE_ID], failed)) < 0) ||
+        (ddtrace_span &&
+         resolve_context_slot(reader, type, &context_offset, &context_getter, &context_code) < 0) ||
         (!ddtrace_span && warn_other_names(reader, type, span, attributes, failed) < 0)) {
         for (int i = 0; i < SF_COUNT; i++) {
             Py_XDECREF(access[i].object);
             Py_XDECREF(access[i].guard);
         }
+        Py_XDECREF(context_getter);
+        Py_XDECREF(context_code);
         Py_DECREF(type);
         return NULL;
     }
@@ -1346,6 +1450,9 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     layout->attributes = attributes;
     layout_index(&reader->fast_paths, layout, type, attributes);
     layout->trace_id_is_int = trace_id_is_int;
+    layout->context_offset = context_offset;
+    layout->context_getter = context_getter; /* (the references made above) */
+    layout->context_code = context_code;
     layout->type = type;       /* takes the reference held above */
     layout->watched_count = 0; /* `previous` releases what it watched */
     int watchable = watch_object_types(layout);
@@ -2137,6 +2244,30 @@ spanfields_is_ddtrace_link(SpanFieldReader *reader, PyObject *link)
     return result > 0 ? ddtrace_link_unchanged(reader, link) : result;
 }
 
+/* `span.context` of a span of a ddtrace class (new reference, or NULL
+ * when absent): the `_context` slot where the class has ddtrace's lazy
+ * property (resolve_context_slot) whose getter still has its code and the
+ * slot is set, which is what the property would return; else the
+ * attribute, read as any. */
+static int
+read_ddtrace_context(SpanFieldReader *reader, PyObject *span, PyObject **context)
+{
+    int failed = -1;
+    SpanTypeLayout *layout = layout_for(reader, Py_TYPE(span), span, &failed);
+    if (layout == NULL) {
+        return -1;
+    }
+    if (layout->context_offset > 0 &&
+        PyFunction_GET_CODE(layout->context_getter) == layout->context_code) {
+        PyObject *set = *(PyObject **)((char *)span + layout->context_offset);
+        if (set != NULL && set != Py_None) {
+            *context = Py_NewRef(set);
+            return 0;
+        }
+    }
+    return spanfields_attribute(span, reader->context_name, context);
+}
+
 int
 spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value)
 {
@@ -2146,7 +2277,7 @@ spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value
         return spanfields_read_one(reader, span, SF_ORIGIN, value);
     }
     PyObject *context, *meta = NULL;
-    if (spanfields_attribute(span, reader->context_name, &context) < 0) {
+    if (read_ddtrace_context(reader, span, &context) < 0) {
         return -1;
     }
     int ddtrace_context = context != NULL ? is_ddtrace_context(reader, Py_TYPE(context)) : 0;

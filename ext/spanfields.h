@@ -172,6 +172,15 @@ typedef struct {
      * value is written (read for the trace: trace_info_read) and the others'
      * are only checked to be ints; 0 otherwise. */
     int trace_id_is_int;
+    /* ddtrace's Span whose `context` is ddtrace's lazy property (4.16:
+     * the `_context` slot once set, else a context it builds and sets
+     * there): the slot's byte offset, so that a set context is read without
+     * running the property, with the property's getter and its code when
+     * resolved (strong references: a getter given other code is run); 0
+     * and NULL for any other class. */
+    Py_ssize_t context_offset;
+    PyObject *context_getter;
+    PyObject *context_code;
     getter direct_get[SF_COUNT];
     void *direct_closure[SF_COUNT];
     PyCFunction direct_method[SF_COUNT];
@@ -212,6 +221,7 @@ typedef struct {
      * else as its `dd_origin`.  The names, and the Context class once recognised (strong
      * reference; NULL otherwise) with which way it is read. */
     PyObject *context_name;
+    PyObject *context_slot_name;
     PyObject *context_meta_name;
     PyObject *context_origin_name;
     PyObject *origin_meta_key;

@@ -245,3 +245,63 @@ def test_trace_id_overridden_by_a_subclass_is_checked_on_every_span(version):
     first_bad[0].finish()
     with pytest.raises(TypeError, match="trace_id"):
         spanpack.TraceMsgPackEncoder(version).encode_traces([first_bad])
+
+
+def _lazy_context_property() -> bool:
+    """Is Span.context ddtrace's lazy property over the `_context` slot
+    (4.16), which spanpack reads straight from the slot once it is set?"""
+    return isinstance(Span.__dict__.get("context"), property) and "_context" in getattr(Span, "__slots__", ())
+
+
+def _child_chunks() -> List[list]:
+    """Chunks of a continued trace that hold only a child span, as a partial
+    flush sends them: the child's context is built by the property when
+    first asked for (its slot is None until then); in the second chunk it
+    was asked for already.  The child carries the trace's `_dd.p.tid`, as
+    ddtrace's processors give a chunk's first span."""
+    chunks = []
+    for trace in ddtrace_shapes.finished_traces(distributed_with_origin, 2):
+        root = next(span for span in trace if span.parent_id == 777)
+        child = next(span for span in trace if span.parent_id != 777)
+        child.set_tag("_dd.p.tid", root.get_tag("_dd.p.tid"))
+        chunks.append([child])
+    chunks[1][0].context
+    return chunks
+
+
+@pytest.mark.skipif(not _lazy_context_property(), reason="ddtrace's lazy Span.context only")
+def test_lazy_context_read_from_its_slot_or_built_by_the_property():
+    for version in ("v0.4", "v0.5"):
+        chunks = _child_chunks()
+        assert chunks[0][0]._context is None and chunks[1][0]._context is not None
+        got = spanpack_paths(version, chunks)
+        assert chunks[0][0]._context is not None  # built by the property, as ddtrace's encoder builds it
+        assert_all_paths_equal(ddtrace_payload(version, chunks), got)
+        assert all(span["meta"]["_dd.origin"] == "synthetics"
+                   for chunk in CANONICAL[version](got["encode_traces"]) for span in chunk)
+
+
+def _refuse(self):
+    raise RuntimeError("context asked")
+
+
+@pytest.mark.skipif(not _lazy_context_property(), reason="ddtrace's lazy Span.context only")
+@pytest.mark.parametrize("how", ["subclass property", "class property replaced", "getter code replaced"])
+def test_context_property_not_ddtraces_own_is_run(monkeypatch, how):
+    """The slot stands for the property only while the property is
+    ddtrace's own, with its own code: any other is run, even once spans of
+    the class were read through the slot."""
+    span = Span("op", service="svc", resource="res", trace_id=5, span_id=6)
+    span.finish()
+    spanpack.TraceMsgPackEncoder("v0.4").encode_traces([[span]])  # the slot read first
+    if how == "subclass property":
+        span = _subclass_with("context", property(_refuse))("op", service="svc", trace_id=5, span_id=6)
+        span.finish()
+    elif how == "class property replaced":
+        monkeypatch.setattr(Span, "context", property(_refuse))
+    else:
+        monkeypatch.setattr(Span.__dict__["context"].fget, "__code__", _refuse.__code__)
+    assert span._context is not None
+    for version in ("v0.4", "v0.5"):
+        with pytest.raises(RuntimeError, match="context asked"):
+            spanpack.TraceMsgPackEncoder(version).encode_traces([[span]])
