@@ -186,6 +186,39 @@ item_field(SpanWriter *w, PyObject *event, PyObject *name, const char *field_nam
     return WRITE_DONE;
 }
 
+/* "key.index", as PyUnicode_FromFormat("%U.%zd") makes it: for an ASCII key
+ * (the usual attribute name) written in place, a tenth of that call's cost. */
+static PyObject *
+indexed_key(PyObject *key, Py_ssize_t index)
+{
+    if (!PyUnicode_IS_ASCII(key)) {
+        return PyUnicode_FromFormat("%U.%zd", key, index);
+    }
+    /* ".index", its digits written from the end (index >= 0: a list's). */
+    char text[24];
+    char *start = text + sizeof text;
+    size_t left = (size_t)index;
+    do {
+        *--start = (char)('0' + left % 10);
+        left /= 10;
+    } while (left != 0);
+    *--start = '.';
+    Py_ssize_t digit_count = text + sizeof text - start;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(key);
+    if (length > PY_SSIZE_T_MAX - digit_count) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    const char *digits = start;
+    PyObject *made = PyUnicode_New(length + digit_count, 127);
+    if (made == NULL) {
+        return NULL;
+    }
+    memcpy(PyUnicode_1BYTE_DATA(made), PyUnicode_1BYTE_DATA(key), (size_t)length);
+    memcpy(PyUnicode_1BYTE_DATA(made) + length, digits, (size_t)digit_count);
+    return made;
+}
+
 /* A link attribute's text as spanpack._extras makes it (str as it is, bools
  * as true/false, ints and floats as str() writes them), added to `flat`
  * under `key`; lists and tuples flattened to key.0, key.1, ...  Anything
@@ -221,7 +254,7 @@ flatten_link_attribute(PyObject *flat, PyObject *key, PyObject *value, int depth
     else if ((PyList_CheckExact(value) || PyTuple_CheckExact(value)) && depth < 8) {
         /* Nothing below runs Python code: the sequence keeps its items. */
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); i++) {
-            PyObject *item_key = PyUnicode_FromFormat("%U.%zd", key, i);
+            PyObject *item_key = indexed_key(key, i);
             if (item_key == NULL) {
                 return WRITE_ERROR;
             }

@@ -572,3 +572,19 @@ def test_put_and_encode_from_to_dict_mid_trace(version, options, declined):
     encoder.put(hooked_links_trace(16, lambda: flushed.extend(encoder.encode()), declined=declined))
     assert flushed == [(fresh().encode_traces(before), len(before))]
     assert encoder.encode() == [(fresh().encode_traces([links_and_events_trace(16, declined=declined)]), 1)]
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_list_attributes_flattened_past_ten_items_and_under_any_key(version):
+    """key.0 ... key.11 (indexes of two digits), nested lists, a key that is
+    not ASCII: the flattened names as spanpack._extras makes them."""
+    items = [{"trace_id": 1, "span_id": 2,
+              "attributes": {"k": list(range(12)), "cl\u00e9": ["a", "b"], "n": [[1, 2]] * 11}}]
+    if version == "v0.4":
+        expected = reference(_extras.links_for_v04, items, pack=True)
+        written = lambda span: packed(span["span_links"])  # noqa: E731
+    else:
+        expected = reference(_extras.links_json, items)
+        written = lambda span: span[9]["_dd.span_links"]  # noqa: E731
+    assert "k.11" in str(expected) and "n.10.1" in str(expected)
+    assert_written_as_reference(encoded(version, span_with(links=items)), expected, written)
