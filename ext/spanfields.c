@@ -201,12 +201,13 @@ ddtrace_names(SpanFieldReader *reader)
     }
     reader->context_name = PyUnicode_InternFromString("context");
     reader->context_slot_name = PyUnicode_InternFromString("_context");
+    reader->property_getter_name = PyUnicode_InternFromString("fget");
     reader->context_meta_name = PyUnicode_InternFromString("_meta");
     reader->context_origin_name = PyUnicode_InternFromString("dd_origin");
     reader->origin_meta_key = PyUnicode_InternFromString("_dd.origin");
     return reader->context_name == NULL || reader->context_slot_name == NULL ||
-                   reader->context_meta_name == NULL || reader->context_origin_name == NULL ||
-                   reader->origin_meta_key == NULL
+                   reader->property_getter_name == NULL || reader->context_meta_name == NULL ||
+                   reader->context_origin_name == NULL || reader->origin_meta_key == NULL
                ? -1
                : 0;
 }
@@ -330,6 +331,7 @@ layout_clear(SpanTypeLayout *layout)
     layout->watched_count = 0;
     memset(layout->offset, 0, sizeof layout->offset);
     layout->context_offset = 0;
+    Py_CLEAR(layout->context_property);
     Py_CLEAR(layout->context_getter);
     Py_CLEAR(layout->context_code);
 }
@@ -345,6 +347,7 @@ spanfields_clear(SpanFieldReader *reader)
     Py_CLEAR(reader->bool_text[1]);
     Py_CLEAR(reader->context_name);
     Py_CLEAR(reader->context_slot_name);
+    Py_CLEAR(reader->property_getter_name);
     Py_CLEAR(reader->context_meta_name);
     Py_CLEAR(reader->context_origin_name);
     Py_CLEAR(reader->origin_meta_key);
@@ -385,6 +388,7 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
         for (int k = 0; k < reader->layouts[i].watched_count; k++) {
             Py_VISIT(reader->layouts[i].watched[k]);
         }
+        Py_VISIT(reader->layouts[i].context_property);
         Py_VISIT(reader->layouts[i].context_getter);
         Py_VISIT(reader->layouts[i].context_code);
     }
@@ -1263,8 +1267,8 @@ native_trace_id(const FieldAccess *access, int *failed)
 }
 
 /* Is `function` the function `qualname` of module `module`, with code of
- * that name from a file of that module (whose path ends with `path`, with
- * '/' for any separator)?  Code given to the function from elsewhere
+ * that name from a file of that module (whose path ends with `path`, a '/'
+ * first, with '/' for any separator)?  Code given to the function from elsewhere
  * (`__code__` assigned) is not.  1, 0, or -1 with an error. */
 static int
 function_named(PyObject *function, const char *module, const char *qualname, const char *path)
@@ -1288,18 +1292,21 @@ function_named(PyObject *function, const char *module, const char *qualname, con
              PyUnicode_CompareWithASCIIString(own_qualname, qualname) == 0 &&
              PyUnicode_Check(code->co_name) &&
              PyUnicode_CompareWithASCIIString(code->co_name, short_name) == 0 &&
-             PyUnicode_Check(code->co_filename);
+             PyUnicode_CheckExact(code->co_filename);
     if (result <= 0) {
         goto done;
     }
     result = -1;
-    file = PyObject_CallMethod(code->co_filename, "replace", "ss", "\\", "/");
+    PyObject *backslash = PyUnicode_FromString("\\");
+    PyObject *slash = backslash != NULL ? PyUnicode_FromString("/") : NULL;
+    file = slash != NULL ? PyUnicode_Replace(code->co_filename, backslash, slash, -1) : NULL;
+    Py_XDECREF(slash);
+    Py_XDECREF(backslash);
     suffix = PyUnicode_FromString(path);
     if (file == NULL || suffix == NULL) {
         goto done;
     }
-    Py_ssize_t match =
-        PyUnicode_Check(file) ? PyUnicode_Tailmatch(file, suffix, 0, PY_SSIZE_T_MAX, 1) : 0;
+    Py_ssize_t match = PyUnicode_Tailmatch(file, suffix, 0, PY_SSIZE_T_MAX, 1);
     result = match < 0 ? -1 : match > 0;
 done:
     Py_XDECREF(suffix);
@@ -1308,21 +1315,41 @@ done:
     return result;
 }
 
+/* Is the ddtrace imported a 4.16 release (the one whose Span.context was
+ * read to be the lazy property resolve_context_slot stands in for)?  1, 0,
+ * or -1 with an error. */
+static int
+ddtrace_is_4_16(void)
+{
+    PyObject *version = ddtrace_version_text();
+    PyObject *prefix = version != NULL ? PyUnicode_FromString("4.16.") : NULL;
+    Py_ssize_t match =
+        prefix != NULL ? PyUnicode_Tailmatch(version, prefix, 0, PY_SSIZE_T_MAX, -1) : -1;
+    Py_XDECREF(prefix);
+    Py_XDECREF(version);
+    return match < 0 ? -1 : match > 0;
+}
+
 /* For ddtrace's Span class or a subclass (`type`, held by the caller): when
- * its `context` is ddtrace's lazy property, `ddtrace._trace.span`'s
- * `Span.context` (4.16: returns the `_context` slot when set, else builds
- * the context, sets the slot and returns it), the slot's offset and the
- * property's getter and code (new references) into the layout's fields;
- * else they stay 0 and NULL.  Only for the generic attribute lookup (an own
+ * its `context` is ddtrace 4.16's lazy property, `ddtrace._trace.span`'s
+ * `Span.context` (returns the `_context` slot when set, else builds the
+ * context, sets the slot and returns it), the slot's offset and the
+ * property, its getter and the getter's code (new references) into the
+ * layout's fields; else they stay 0 and NULL.  Another release's property
+ * may do more, and is run.  Only for the generic attribute lookup (an own
  * __getattribute__ could answer otherwise).  0, or -1 with an error. */
 static int
 resolve_context_slot(SpanFieldReader *reader, PyTypeObject *type, Py_ssize_t *offset,
-                     PyObject **getter, PyObject **code)
+                     PyObject **property_found, PyObject **getter, PyObject **code)
 {
     *offset = 0;
-    *getter = *code = NULL;
+    *property_found = *getter = *code = NULL;
     if (type->tp_getattro != PyObject_GenericGetAttr) {
         return 0;
+    }
+    int known_release = ddtrace_is_4_16();
+    if (known_release <= 0) {
+        return known_release;
     }
     /* _PyType_Lookup's results are borrowed: owned at once. */
     PyObject *property = Py_XNewRef(_PyType_Lookup(type, reader->context_name));
@@ -1333,14 +1360,15 @@ resolve_context_slot(SpanFieldReader *reader, PyTypeObject *type, Py_ssize_t *of
     if (property == NULL || !Py_IS_TYPE(property, &PyProperty_Type) || slot_offset <= 0) {
         goto done;
     }
-    fget = PyObject_GetAttrString(property, "fget");
+    fget = PyObject_GetAttr(property, reader->property_getter_name);
     if (fget == NULL) {
         result = -1;
         goto done;
     }
-    result = function_named(fget, "ddtrace._trace.span", "Span.context", "ddtrace/_trace/span.py");
+    result = function_named(fget, "ddtrace._trace.span", "Span.context", "/ddtrace/_trace/span.py");
     if (result > 0) {
         *offset = slot_offset;
+        *property_found = Py_NewRef(property);
         *getter = Py_NewRef(fget);
         *code = Py_NewRef(PyFunction_GET_CODE(fget));
         result = 0;
@@ -1416,17 +1444,18 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     }
     int trace_id_is_int = 0;
     Py_ssize_t context_offset = 0;
-    PyObject *context_getter = NULL, *context_code = NULL;
+    PyObject *context_property = NULL, *context_getter = NULL, *context_code = NULL;
     if (check_mapped_names(reader, type, access, failed) < 0 ||
         (ddtrace_span && resolve_ddtrace_fields(reader, type, access, failed) < 0) ||
         (ddtrace_span && (trace_id_is_int = native_trace_id(&access[SF_TRACE_ID], failed)) < 0) ||
-        (ddtrace_span &&
-         resolve_context_slot(reader, type, &context_offset, &context_getter, &context_code) < 0) ||
+        (ddtrace_span && resolve_context_slot(reader, type, &context_offset, &context_property,
+                                              &context_getter, &context_code) < 0) ||
         (!ddtrace_span && warn_other_names(reader, type, span, attributes, failed) < 0)) {
         for (int i = 0; i < SF_COUNT; i++) {
             Py_XDECREF(access[i].object);
             Py_XDECREF(access[i].guard);
         }
+        Py_XDECREF(context_property);
         Py_XDECREF(context_getter);
         Py_XDECREF(context_code);
         Py_DECREF(type);
@@ -1451,7 +1480,8 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     layout_index(&reader->fast_paths, layout, type, attributes);
     layout->trace_id_is_int = trace_id_is_int;
     layout->context_offset = context_offset;
-    layout->context_getter = context_getter; /* (the references made above) */
+    layout->context_property = context_property; /* (the references made above) */
+    layout->context_getter = context_getter;
     layout->context_code = context_code;
     layout->type = type;       /* takes the reference held above */
     layout->watched_count = 0; /* `previous` releases what it watched */
@@ -2245,9 +2275,9 @@ spanfields_is_ddtrace_link(SpanFieldReader *reader, PyObject *link)
 }
 
 /* `span.context` of a span of a ddtrace class (new reference, or NULL
- * when absent): the `_context` slot where the class has ddtrace's lazy
- * property (resolve_context_slot) whose getter still has its code and the
- * slot is set, which is what the property would return; else the
+ * when absent): the `_context` slot where the class has ddtrace 4.16's
+ * lazy property (resolve_context_slot) that still has its getter, with its
+ * code, and the slot is set: what the property would return; else the
  * attribute, read as any. */
 static int
 read_ddtrace_context(SpanFieldReader *reader, PyObject *span, PyObject **context)
@@ -2257,10 +2287,18 @@ read_ddtrace_context(SpanFieldReader *reader, PyObject *span, PyObject **context
     if (layout == NULL) {
         return -1;
     }
-    if (layout->context_offset > 0 &&
-        PyFunction_GET_CODE(layout->context_getter) == layout->context_code) {
-        PyObject *set = *(PyObject **)((char *)span + layout->context_offset);
-        if (set != NULL && set != Py_None) {
+    PyObject *set =
+        layout->context_offset > 0 ? *(PyObject **)((char *)span + layout->context_offset) : NULL;
+    if (set != NULL && set != Py_None) {
+        /* (Reading fget runs no Python code: a member of the property.) */
+        PyObject *getter = PyObject_GetAttr(layout->context_property, reader->property_getter_name);
+        if (getter == NULL) {
+            return -1;
+        }
+        int same =
+            getter == layout->context_getter && PyFunction_GET_CODE(getter) == layout->context_code;
+        Py_DECREF(getter);
+        if (same) {
             *context = Py_NewRef(set);
             return 0;
         }

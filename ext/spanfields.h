@@ -172,13 +172,14 @@ typedef struct {
      * value is written (read for the trace: trace_info_read) and the others'
      * are only checked to be ints; 0 otherwise. */
     int trace_id_is_int;
-    /* ddtrace's Span whose `context` is ddtrace's lazy property (4.16:
-     * the `_context` slot once set, else a context it builds and sets
-     * there): the slot's byte offset, so that a set context is read without
-     * running the property, with the property's getter and its code when
-     * resolved (strong references: a getter given other code is run); 0
-     * and NULL for any other class. */
+    /* ddtrace's Span whose `context` is ddtrace 4.16's lazy property (the
+     * `_context` slot once set, else a context it builds and sets there):
+     * the slot's byte offset, so that a set context is read without running
+     * the property, with the property, its getter and the getter's code
+     * when resolved (strong references: a property given another getter, or
+     * a getter given other code, is run); 0 and NULL for any other class. */
     Py_ssize_t context_offset;
+    PyObject *context_property;
     PyObject *context_getter;
     PyObject *context_code;
     getter direct_get[SF_COUNT];
@@ -222,6 +223,7 @@ typedef struct {
      * reference; NULL otherwise) with which way it is read. */
     PyObject *context_name;
     PyObject *context_slot_name;
+    PyObject *property_getter_name; /* "fget" */
     PyObject *context_meta_name;
     PyObject *context_origin_name;
     PyObject *origin_meta_key;

@@ -286,22 +286,33 @@ def _refuse(self):
 
 
 @pytest.mark.skipif(not _lazy_context_property(), reason="ddtrace's lazy Span.context only")
-@pytest.mark.parametrize("how", ["subclass property", "class property replaced", "getter code replaced"])
+@pytest.mark.parametrize("how", ["subclass property", "class property replaced", "getter code replaced",
+                                 "property re-initialised"])
 def test_context_property_not_ddtraces_own_is_run(monkeypatch, how):
     """The slot stands for the property only while the property is
-    ddtrace's own, with its own code: any other is run, even once spans of
-    the class were read through the slot."""
+    ddtrace's own, with its own getter and code: any other is run, by an
+    encoder that read spans of the class through the slot before too."""
     span = Span("op", service="svc", resource="res", trace_id=5, span_id=6)
     span.finish()
-    spanpack.TraceMsgPackEncoder("v0.4").encode_traces([[span]])  # the slot read first
-    if how == "subclass property":
-        span = _subclass_with("context", property(_refuse))("op", service="svc", trace_id=5, span_id=6)
-        span.finish()
-    elif how == "class property replaced":
-        monkeypatch.setattr(Span, "context", property(_refuse))
-    else:
-        monkeypatch.setattr(Span.__dict__["context"].fget, "__code__", _refuse.__code__)
-    assert span._context is not None
-    for version in ("v0.4", "v0.5"):
-        with pytest.raises(RuntimeError, match="context asked"):
-            spanpack.TraceMsgPackEncoder(version).encode_traces([[span]])
+    encoders = [spanpack.TraceMsgPackEncoder(version) for version in ("v0.4", "v0.5")]
+    for encoder in encoders:
+        encoder.encode_traces([[span]])  # the slot read
+    lazy = Span.__dict__["context"]
+    getter, setter = lazy.fget, lazy.fset
+    try:
+        if how == "subclass property":
+            span = _subclass_with("context", property(_refuse))("op", service="svc", trace_id=5, span_id=6)
+            span.finish()
+        elif how == "class property replaced":
+            monkeypatch.setattr(Span, "context", property(_refuse))
+        elif how == "getter code replaced":
+            monkeypatch.setattr(getter, "__code__", _refuse.__code__)
+        else:  # another getter in the same property object: the class itself unchanged
+            lazy.__init__(_refuse, setter)
+        assert span._context is not None
+        for encoder in encoders:
+            with pytest.raises(RuntimeError, match="context asked"):
+                encoder.encode_traces([[span]])
+    finally:
+        if how == "property re-initialised":
+            lazy.__init__(getter, setter)
