@@ -207,7 +207,7 @@ strtable_init(StringTable *table, Py_ssize_t encoded_capacity, const uint64_t ha
     if (outbuf_init_raw(&table->encoded, encoded_capacity) < 0) {
         return -1;
     }
-    table->index_by_object = PyMem_Calloc(STRTABLE_OBJECT_SLOTS, sizeof(uint32_t));
+    table->index_by_object = PyMem_Calloc(STRTABLE_OBJECT_SLOTS, sizeof(StrTableObjectSlot));
     if (table->index_by_object == NULL || strtable_alloc(table, STRTABLE_INITIAL_CAPACITY) < 0) {
         strtable_free(table);
         PyErr_NoMemory();

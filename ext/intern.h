@@ -290,6 +290,11 @@ text_hash(const void *data, size_t size, const uint64_t key[2])
 }
 
 typedef struct {
+    const PyObject *object; /* NULL: none */
+    uint32_t index;
+} StrTableObjectSlot;
+
+typedef struct {
     PyObject **strings; /* by index; exact str or bytes, strong references */
     Py_hash_t *hashes;  /* by index */
     /* By index, in tables that use them (strtable_use_marks; else NULL): a
@@ -305,10 +310,11 @@ typedef struct {
     uint32_t capacity;
     uint32_t *index_of; /* open addressing: 0 empty, else index + 1 */
     size_t mask;
-    /* STRTABLE_OBJECT_SLOTS slots by an object's address: index + 1 of the
-     * entry that object was last found to be (strtable_find_text), 0 for
-     * none; a slot is trusted only while that entry still is that object. */
-    uint32_t *index_by_object;
+    /* STRTABLE_OBJECT_SLOTS slots by an object's address: the object last
+     * found by its text there (strtable_find_text; no reference: compared,
+     * never dereferenced) and its entry, trusted only while that entry still
+     * is that object. */
+    StrTableObjectSlot *index_by_object;
     uint64_t hash_key[2]; /* text_hash's key: the module state's, for every table */
     OutBuf encoded;       /* the table's str entries, msgpack-encoded, in index order */
 } StringTable;
@@ -437,7 +443,7 @@ strtable_find(const StringTable *table, PyObject *str, Py_hash_t hash, uint32_t 
 }
 
 /* The slot of index_by_object for `object`. */
-static inline uint32_t *
+static inline StrTableObjectSlot *
 strtable_object_slot(const StringTable *table, const PyObject *object)
 {
     return &table->index_by_object[sp_hash_address(object) >> (64 - 8)];
@@ -450,10 +456,11 @@ _Static_assert(STRTABLE_OBJECT_SLOTS == 1 << 8, "strtable_object_slot takes 8 bi
 static SP_ALWAYS_INLINE int
 strtable_find_object(const StringTable *table, const PyObject *value, uint32_t *index)
 {
-    /* (0, no entry, wraps to UINT32_MAX: never below count.) */
-    uint32_t candidate = *strtable_object_slot(table, value) - 1;
-    if (candidate < table->count && table->strings[candidate] == value) {
-        *index = candidate;
+    /* The address first: most misses (values new to the table) end there. */
+    const StrTableObjectSlot *slot = strtable_object_slot(table, value);
+    if (slot->object == value && slot->index < table->count &&
+        table->strings[slot->index] == value) {
+        *index = slot->index;
         return 1;
     }
     return 0;
@@ -474,7 +481,7 @@ strtable_find_text(StringTable *table, PyObject *value, Py_ssize_t max_length, P
     }
     *hash = strtable_short_str_hash(table, value, max_length);
     if (*hash != -1 && strtable_find(table, value, *hash, index)) {
-        *strtable_object_slot(table, value) = *index + 1;
+        *strtable_object_slot(table, value) = (StrTableObjectSlot){value, *index};
         return 1;
     }
     return 0;
