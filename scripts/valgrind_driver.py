@@ -181,7 +181,9 @@ def encoder_round():
         lenient.join_encoded([lenient.encode_trace(messy)])
         lenient.put(messy)
         lenient.encode()
-        assert lenient.dropped_tags == 9
+        # Three bad tags by each of three paths; v0.5 also drops (and counts)
+        # the meta_struct entry it has no place for (docs/wire-format.md).
+        assert lenient.dropped_tags == (9 if version == "v0.4" else 12), lenient.dropped_tags
         other = spanpack.TraceMsgPackEncoder("v0.5" if version == "v0.4" else "v0.4")
         expect(ValueError, encoder.join_encoded, [other.encode_trace(small)])
         expect(TypeError, encoder.join_encoded, [small])
