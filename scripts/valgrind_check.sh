@@ -102,13 +102,36 @@ for line in lines:
         current.append(line)
 if current:
     records.append(current)
+# --track-origins puts a value's origin after a blank line: part of the record.
+for i in range(len(records) - 1, 0, -1):
+    if records[i][0].strip().startswith("Uninitialised value was created"):
+        records[i - 1] += records.pop(i)
 
 ERROR = re.compile(r"^(Invalid (read|write|free)|Mismatched free|Use of uninitialised|"
                    r"Conditional jump or move depends|Syscall param .* uninitialised|"
                    r"Source and destination overlap|.* definitely lost in)")
 OURS = re.compile(r"_spanpack|\b(packer|payload|span_v04|span_v05|spanwrite|spanfields|"
                   r"intern|outbuf|trace_encoder|module)\.[ch]:\d+|mpwrite\.h|intern\.h|outbuf\.h")
-bad = [r for r in records if ERROR.match(r[0]) and any(OURS.search(l) for l in r)]
+# CPython 3.11's PyLong_FromString leaves digits of the int it allocates
+# that memcheck takes for uninitialised (reported for b"0" with no spanpack
+# code loaded: ctypes.pythonapi.PyLong_FromString(b"0", None, 10)); the
+# int-digits layout probe parses its probe ints so at import, and what it
+# reads of them is reported with its frames.  Such a record names its
+# origin, CPython's allocation in PyLong_FromString: left out, counted.
+CPYTHON_ORIGIN = re.compile(r"PyLong_FromString \(longobject\.c:\d+\)")
+
+
+def cpython_origin(record):
+    origin = record[next((i for i, l in enumerate(record)
+                          if l.strip().startswith("Uninitialised value was created")), len(record)):]
+    return any(CPYTHON_ORIGIN.search(l) for l in origin)
+
+
+ours = [r for r in records if ERROR.match(r[0]) and any(OURS.search(l) for l in r)]
+bad = [r for r in ours if not cpython_origin(r)]
+if len(bad) != len(ours):
+    print("%d record(s) with spanpack frames whose uninitialised value CPython's PyLong_FromString "
+          "made: left out" % (len(ours) - len(bad)))
 summary = [l for l in lines if re.match(r"(ERROR SUMMARY|\s+definitely lost|\s+indirectly lost)", l)]
 print("\n".join(summary))
 if bad:
