@@ -131,13 +131,8 @@ write_json_int(OutBuf *out, PyObject *value)
     if (pyint_magnitude64_api(value, &magnitude, &negative) != 0) {
         return 0;
     }
-    /* Decimal digits, last first (snprintf costs several times more). */
     char digits[24];
-    char *end = digits + sizeof digits, *p = end;
-    do {
-        *--p = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude != 0);
+    char *end = digits + sizeof digits, *p = decimal64_put(end, magnitude);
     if (negative) {
         *--p = '-';
     }

@@ -194,14 +194,9 @@ indexed_key(PyObject *key, Py_ssize_t index)
     if (!PyUnicode_IS_ASCII(key)) {
         return PyUnicode_FromFormat("%U.%zd", key, index);
     }
-    /* ".index", its digits written from the end (index >= 0: a list's). */
+    /* ".index" (index >= 0: a list's). */
     char text[24];
-    char *start = text + sizeof text;
-    size_t left = (size_t)index;
-    do {
-        *--start = (char)('0' + left % 10);
-        left /= 10;
-    } while (left != 0);
+    char *start = decimal64_put(text + sizeof text, (uint64_t)index);
     *--start = '.';
     Py_ssize_t digit_count = text + sizeof text - start;
     Py_ssize_t length = PyUnicode_GET_LENGTH(key);

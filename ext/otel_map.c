@@ -2033,13 +2033,10 @@ map_span(OtelMapper *m, PyObject *span)
             }
         }
         if (code != 0) {
-            char digits[12];
-            int length = 0;
-            for (long long rest = code; rest > 0; rest /= 10) {
-                digits[sizeof digits - 1 - length++] = (char)('0' + rest % 10);
-            }
+            char digits[24];
+            const char *start = decimal64_put(digits + sizeof digits, (uint64_t)code);
             PyObject *code_text =
-                PyUnicode_FromStringAndSize(digits + sizeof digits - length, length);
+                PyUnicode_FromStringAndSize(start, digits + sizeof digits - start);
             int rc = code_text == NULL
                          ? -1
                          : set_early(m, meta, res, scope, NAME(m, HTTP_STATUS_CODE), code_text);
