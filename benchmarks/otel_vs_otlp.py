@@ -92,21 +92,35 @@ SHAPES: Dict[str, Callable[[Any, int], None]] = {
 }
 
 
+class _Tracing:
+    """One TracerProvider for the whole run, as an application keeps one: its
+    resource and scope are the same objects in every batch, the spans new."""
+
+    def __init__(self) -> None:
+        self.memory = InMemorySpanExporter()
+        self.provider = TracerProvider(resource=Resource.create(RESOURCE))
+        self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
+        self.tracer = self.provider.get_tracer("shop.instrumentation", "0.9")
+
+
+_tracing: List[_Tracing] = []
+
+
 def make_spans(shape: str, count: int) -> List[Any]:
     """`count` fresh finished spans of a shape, in traces of SPANS_PER_TRACE."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create(RESOURCE))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("shop.instrumentation", "0.9")
+    if not _tracing:
+        _tracing.append(_Tracing())
+    tracing = _tracing[0]
+    tracing.memory.clear()
     make = SHAPES[shape]
     made = 0
     while made < count:
-        with tracer.start_as_current_span("trace-root"):
+        with tracing.tracer.start_as_current_span("trace-root"):
             for _ in range(SPANS_PER_TRACE - 1):
-                make(tracer, made)
+                make(tracing.tracer, made)
         made += SPANS_PER_TRACE
-    spans = [span for span in memory.get_finished_spans() if not span.name.startswith("upstream-")]
-    provider.shutdown()
+    spans = [span for span in tracing.memory.get_finished_spans() if not span.name.startswith("upstream-")]
+    tracing.memory.clear()
     return spans[:count]
 
 

@@ -4,6 +4,7 @@
 #include "layout_probes.h"
 #include "mpwrite.h"
 #include "otel_map.h"
+#include "otel_span.h"
 #include "packer.h"
 #include "spanfields.h"
 #include "state.h"
@@ -192,7 +193,7 @@ spanpack_exec(PyObject *module)
         return -1;
     }
     if (packer_module_init(module, state) < 0 || trace_encoder_module_init(module, state) < 0 ||
-        otel_map_module_init(state) < 0) {
+        otel_span_module_init(module, state) < 0 || otel_map_module_init(state) < 0) {
         return -1;
     }
     return 0;

@@ -13,6 +13,7 @@
  * SDK's immutable ones) and given here through the plan tuple. */
 #include "otel_map.h"
 
+#include "otel_span.h"
 #include "pyinstance.h"
 #include "pyint.h"
 #include "state.h"
@@ -260,6 +261,8 @@ typedef struct {
 } ItemClassCheck;
 
 typedef struct {
+    SpanpackState *state;
+    int objects;          /* make OtelSpans (else dict spans) */
     PyObject *names;      /* borrowed: the module's name tuple */
     PyObject *rule_index; /* borrowed: rule attribute name -> index */
     PyObject *plan;       /* borrowed: the caller's plan tuple */
@@ -1649,19 +1652,6 @@ items_converted(OtelMapper *m, int item, PyObject *items)
     return made;
 }
 
-/* dd_span[key] = the span's links or events as items_converted makes them. */
-static int
-set_converted(OtelMapper *m, PyObject *dd_span, int key, int item, PyObject *items)
-{
-    PyObject *converted = items_converted(m, item, items);
-    if (converted == NULL) {
-        return -1;
-    }
-    int rc = PyDict_SetItem(dd_span, NAME(m, key), converted);
-    Py_DECREF(converted);
-    return rc;
-}
-
 /* The span's fields, read as the SDK keeps them. */
 typedef struct {
     PyObject *context, *attributes, *events, *links, *resource, *scope, *kind, *status, *parent,
@@ -1827,7 +1817,12 @@ base_meta(OtelMapper *m, PyObject *res, PyObject *scope)
 /* The dict span's keys, in the order spanpack's encoder documents them. */
 static const int span_keys[] = {F_TRACE_ID,    F_SPAN_ID,  F_PARENT_ID, F_SERVICE,
                                 F_NAME,        F_RESOURCE, F_SPAN_TYPE, F_START_NS,
-                                F_DURATION_NS, F_ERROR,    F_META,      F_METRICS};
+                                F_DURATION_NS, F_ERROR,    F_META,      F_METRICS,
+                                F_LINKS,       F_EVENTS};
+_Static_assert(sizeof(span_keys) / sizeof(span_keys[0]) == OS_FIELD_COUNT,
+               "a dict span has the OtelSpan's fields, in its slot order");
+/* The keys every dict span has (links and events only when it has some). */
+#define SPAN_KEYS_ALWAYS OS_LINKS
 
 static PyObject *
 span_template_new(PyObject *names)
@@ -1836,7 +1831,7 @@ span_template_new(PyObject *names)
     if (template == NULL) {
         return NULL;
     }
-    for (size_t i = 0; i < sizeof(span_keys) / sizeof(span_keys[0]); i++) {
+    for (int i = 0; i < SPAN_KEYS_ALWAYS; i++) {
         if (PyDict_SetItem(template, PyTuple_GET_ITEM(names, span_keys[i]), Py_None) < 0) {
             Py_DECREF(template);
             return NULL;
@@ -1845,49 +1840,65 @@ span_template_new(PyObject *names)
     return template;
 }
 
-/* The dict span (into *out), its keys the module's interned field names. */
+/* The mapped span (into *out): an OtelSpan (m->objects), else a dict span
+ * whose keys are the module's interned field names.  `links` and `events`
+ * are the converted lists, or NULL when the span has none. */
 static int
-span_dict_build(OtelMapper *m, SdkFields *f, PyObject *service, PyObject *name, PyObject *resource,
-                PyObject *type, long long start, long long end, long long error, PyObject *meta,
-                PyObject *metrics, PyObject **out)
+span_build(OtelMapper *m, SdkFields *f, PyObject *service, PyObject *name, PyObject *resource,
+           PyObject *type, long long start, long long end, long long error, PyObject *meta,
+           PyObject *metrics, PyObject *links, PyObject *events, PyObject **out)
 {
-    PyObject *dict = PyDict_Copy(m->span_template);
     PyObject *start_ns = PyLong_FromLongLong(start);
     PyObject *duration_ns = PyLong_FromLongLong(end > start ? end - start : 0);
     PyObject *error_flag = PyLong_FromLongLong(error);
-    PyObject *zero = PyLong_FromLong(0);
+    PyObject *made = NULL;
     int rc = -1;
-    if (dict == NULL || start_ns == NULL || duration_ns == NULL || error_flag == NULL ||
-        zero == NULL) {
+    if (start_ns == NULL || duration_ns == NULL || error_flag == NULL) {
         goto done;
     }
-    PyObject *parent_id = f->parent == Py_None ? zero : PyTuple_GET_ITEM(f->parent, 1);
-    PyObject *values[] = {PyTuple_GET_ITEM(f->context, 0),
-                          PyTuple_GET_ITEM(f->context, 1),
-                          parent_id,
-                          service,
-                          name,
-                          resource,
-                          type,
-                          start_ns,
-                          duration_ns,
-                          error_flag,
-                          meta,
-                          metrics};
-    for (size_t i = 0; i < sizeof(span_keys) / sizeof(span_keys[0]); i++) {
-        if (PyDict_SetItem(dict, NAME(m, span_keys[i]), values[i]) < 0) {
+    PyObject *parent_id = f->parent == Py_None ? m->zero : PyTuple_GET_ITEM(f->parent, 1);
+    PyObject *values[OS_FIELD_COUNT] = {
+        [OS_TRACE_ID] = PyTuple_GET_ITEM(f->context, 0),
+        [OS_SPAN_ID] = PyTuple_GET_ITEM(f->context, 1),
+        [OS_PARENT_ID] = parent_id,
+        [OS_SERVICE] = service,
+        [OS_NAME] = name,
+        [OS_RESOURCE] = resource,
+        [OS_SPAN_TYPE] = type,
+        [OS_START_NS] = start_ns,
+        [OS_DURATION_NS] = duration_ns,
+        [OS_ERROR] = error_flag,
+        [OS_META] = meta,
+        [OS_METRICS] = metrics,
+        [OS_LINKS] = links,
+        [OS_EVENTS] = events,
+    };
+    if (m->objects) {
+        made = otel_span_new(m->state, values);
+        if (made == NULL) {
             goto done;
         }
     }
-    *out = dict;
-    dict = NULL;
+    else {
+        /* A copy of the template is made at its final size in one step. */
+        made = PyDict_Copy(m->span_template);
+        if (made == NULL) {
+            goto done;
+        }
+        for (int i = 0; i < OS_FIELD_COUNT; i++) {
+            if (values[i] != NULL && PyDict_SetItem(made, NAME(m, span_keys[i]), values[i]) < 0) {
+                goto done;
+            }
+        }
+    }
+    *out = made;
+    made = NULL;
     rc = 0;
 done:
-    Py_XDECREF(dict);
+    Py_XDECREF(made);
     Py_XDECREF(start_ns);
     Py_XDECREF(duration_ns);
     Py_XDECREF(error_flag);
-    Py_XDECREF(zero);
     return rc;
 }
 
@@ -1899,7 +1910,7 @@ map_span(OtelMapper *m, PyObject *span)
     SdkFields f = {0};
     PyObject *result = NULL, *meta = NULL, *metrics = NULL;
     PyObject *service = NULL, *name = NULL, *resource = NULL, *type = NULL, *text = NULL;
-    PyObject *events = NULL, *links = NULL;
+    PyObject *events = NULL, *links = NULL, *converted_links = NULL, *converted_events = NULL;
     int found;
 
     if ((PyObject *)Py_TYPE(span) != m->last_type) {
@@ -2195,17 +2206,18 @@ map_span(OtelMapper *m, PyObject *span)
         }
     }
 
-    if (span_dict_build(m, &f, service, name, resource, type, start, end, error, meta, metrics,
-                        &result) < 0) {
+    /* Rules 23-24. */
+    if ((link_count > 0 && (converted_links = items_converted(m, PLAN_LINKS, links)) == NULL) ||
+        (event_count > 0 && (converted_events = items_converted(m, PLAN_EVENTS, events)) == NULL)) {
         goto done;
     }
-    /* Rules 23-24. */
-    if ((link_count > 0 && set_converted(m, result, F_LINKS, PLAN_LINKS, links) < 0) ||
-        (event_count > 0 && set_converted(m, result, F_EVENTS, PLAN_EVENTS, events) < 0)) {
-        Py_CLEAR(result);
+    if (span_build(m, &f, service, name, resource, type, start, end, error, meta, metrics,
+                   converted_links, converted_events, &result) < 0) {
         goto done;
     }
 done:
+    Py_XDECREF(converted_links);
+    Py_XDECREF(converted_events);
     Py_XDECREF(text);
     Py_XDECREF(service);
     Py_XDECREF(name);
@@ -2223,8 +2235,13 @@ done:
 PyObject *
 otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_otel_map_spans(spans, plan) takes 2 arguments");
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_otel_map_spans(spans, plan, as_objects=False) takes 2 or 3 arguments");
+        return NULL;
+    }
+    int objects = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (objects < 0) {
         return NULL;
     }
     PyObject *plan = args[1];
@@ -2257,7 +2274,9 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     SpanpackState *state = spanpack_state_from_module(module);
-    OtelMapper m = {.names = state->otel_names,
+    OtelMapper m = {.state = state,
+                    .objects = objects,
+                    .names = state->otel_names,
                     .rule_index = state->otel_rule_index,
                     .plan = plan,
                     .fast_paths = &state->fast_paths};
@@ -2288,12 +2307,16 @@ error:
  * Traces of a batch (spanpack.otel.map_spans' grouping, its reference in
  * Python: _group_traces, _set_priority, _local_root) */
 
-/* A dict span's value of `key` (borrowed); NULL with KeyError when absent,
- * as dd_span[key] would raise. */
+/* A mapped span's `field` (borrowed): an OtelSpan's slot, or a dict span's
+ * value of the field's key; NULL with KeyError when absent, as dd_span[key]
+ * would raise. */
 static PyObject *
-span_item(PyObject *dd_span, PyObject *key)
+span_item(OtelMapper *m, PyObject *dd_span, OtelSpanField field)
 {
-    PyObject *value = PyDict_GetItemWithError(dd_span, key);
+    PyObject *key = NAME(m, span_keys[field]);
+    PyObject *value = Py_TYPE(dd_span) == m->state->otel_span_type
+                          ? otel_span_field(dd_span, field)
+                          : PyDict_GetItemWithError(dd_span, key);
     if (value == NULL && !PyErr_Occurred()) {
         PyErr_SetObject(PyExc_KeyError, key);
     }
@@ -2312,13 +2335,13 @@ local_root(OtelMapper *m, PyObject *trace)
     Py_ssize_t root = -1;
     PyObject *ids = PySet_New(NULL);
     for (Py_ssize_t i = 0; ids != NULL && i < count; i++) {
-        PyObject *span_id = span_item(PyList_GET_ITEM(trace, i), NAME(m, F_SPAN_ID));
+        PyObject *span_id = span_item(m, PyList_GET_ITEM(trace, i), OS_SPAN_ID);
         if (span_id == NULL || PySet_Add(ids, span_id) < 0) {
             Py_CLEAR(ids);
         }
     }
     for (Py_ssize_t i = 0; ids != NULL && root < 0 && i < count; i++) {
-        PyObject *parent = span_item(PyList_GET_ITEM(trace, i), NAME(m, F_PARENT_ID));
+        PyObject *parent = span_item(m, PyList_GET_ITEM(trace, i), OS_PARENT_ID);
         int inside = parent == NULL ? -1 : PySet_Contains(ids, parent);
         if (inside < 0) {
             Py_CLEAR(ids);
@@ -2341,7 +2364,7 @@ priority_set(OtelMapper *m, PyObject *trace, PyObject *key, PyObject *fallback)
 {
     PyObject *priority = Py_NewRef(fallback), *metrics;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(trace); i++) {
-        if ((metrics = span_item(PyList_GET_ITEM(trace, i), NAME(m, F_METRICS))) == NULL) {
+        if ((metrics = span_item(m, PyList_GET_ITEM(trace, i), OS_METRICS)) == NULL) {
             goto error;
         }
         if (!PyDict_Check(metrics)) {
@@ -2359,7 +2382,7 @@ priority_set(OtelMapper *m, PyObject *trace, PyObject *key, PyObject *fallback)
         }
     }
     Py_ssize_t root = local_root(m, trace);
-    metrics = root < 0 ? NULL : span_item(PyList_GET_ITEM(trace, root), NAME(m, F_METRICS));
+    metrics = root < 0 ? NULL : span_item(m, PyList_GET_ITEM(trace, root), OS_METRICS);
     if (metrics == NULL || PyObject_SetItem(metrics, key, priority) < 0) {
         goto error;
     }
@@ -2379,7 +2402,7 @@ otel_group_traces(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     SpanpackState *state = spanpack_state_from_module(module);
-    OtelMapper m = {.names = state->otel_names};
+    OtelMapper m = {.state = state, .names = state->otel_names};
     PyObject *dd_spans = args[0], *key = args[1], *fallback = args[2];
     PyObject *by_trace = PyDict_New(), *traces = PyList_New(0);
     if (by_trace == NULL || traces == NULL) {
@@ -2392,13 +2415,13 @@ otel_group_traces(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(spans); i++) {
         PyObject *dd_span = PyList_GET_ITEM(spans, i);
-        if (!PyDict_Check(dd_span)) {
-            PyErr_Format(PyExc_TypeError, "spanpack.otel: a dict span expected, not %.200s",
+        if (!PyDict_Check(dd_span) && Py_TYPE(dd_span) != state->otel_span_type) {
+            PyErr_Format(PyExc_TypeError, "spanpack.otel: a mapped span expected, not %.200s",
                          Py_TYPE(dd_span)->tp_name);
             Py_DECREF(spans);
             goto error;
         }
-        PyObject *trace_id = span_item(dd_span, NAME(&m, F_TRACE_ID));
+        PyObject *trace_id = span_item(&m, dd_span, OS_TRACE_ID);
         PyObject *trace = trace_id == NULL ? NULL : PyDict_GetItemWithError(by_trace, trace_id);
         int rc = -1;
         if (trace != NULL) {

@@ -13,12 +13,13 @@
  * module exec, traverse and clear cannot drift apart.  Adding an object is
  * adding one line here (and, for a made object, the code that makes it). */
 
-/* Types defined in C, created by packer_module_init and
- * trace_encoder_module_init. */
+/* Types defined in C, created by packer_module_init, trace_encoder_module_init
+ * and otel_span_module_init. */
 #define SPANPACK_STATE_TYPES(X)                                                                    \
     X(packer_type)                                                                                 \
     X(trace_encoder_type)                                                                          \
-    X(encoded_part_type)
+    X(encoded_part_type)                                                                           \
+    X(otel_span_type)
 
 /* Attributes of Python modules, looked up by module exec: X(member, module,
  * attribute). */

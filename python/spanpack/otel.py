@@ -957,14 +957,21 @@ def map_span(span: Any) -> Dict[str, Any]:
 def map_spans(spans: Iterable[Any]) -> List[List[Dict[str, Any]]]:
     """Spans grouped by trace id into traces (in order of first appearance),
     each span mapped; a trace's local root carries its sampling priority."""
+    return _mapped_traces(spans, as_objects=False)
+
+
+def _mapped_traces(spans: Iterable[Any], as_objects: bool) -> List[List[Any]]:
+    """map_spans' traces; with ``as_objects`` the spans mapped in C are
+    ext/otel_span.c's read-only OtelSpan objects (the same fields, read by the
+    encoder from their slots) instead of dict spans: encode_spans' form."""
     cache = _BatchCache()
     if not isinstance(spans, (list, tuple)):
         spans = list(spans)
-    mapped = _map_in_c(spans, cache)
+    mapped = _map_in_c(spans, cache, as_objects)
     if None in mapped:
         dd_spans = [_span_dict(span, cache) if dd_span is None else dd_span for span, dd_span in zip(spans, mapped)]
     else:
-        dd_spans = cast("List[Dict[str, Any]]", mapped)  # (C's list, every span mapped; a str: nothing to evaluate)
+        dd_spans = cast("List[Any]", mapped)  # (C's list, every span mapped)
     if _C_PLAN_PARTS is None:
         return _group_traces(dd_spans)
     return _otel_group_traces(dd_spans, SAMPLING_PRIORITY_KEY, DEFAULT_PRIORITY)
@@ -986,8 +993,8 @@ def _group_traces(dd_spans: List[Dict[str, Any]]) -> List[List[Dict[str, Any]]]:
     return list(traces.values())
 
 
-def _map_in_c(spans: Sequence[Any], cache: _BatchCache) -> Sequence[Optional[Dict[str, Any]]]:
-    """ext/otel_map.c's dict spans, None for each span the rules here map
+def _map_in_c(spans: Sequence[Any], cache: _BatchCache, as_objects: bool = False) -> Sequence[Optional[Any]]:
+    """ext/otel_map.c's dict spans (OtelSpans: ``as_objects``), None for each span the rules here map
     (another class, events or links); all None without the SDK, or with
     SPANPACK_OTEL_PYTHON=1 in the environment at import (for comparing)."""
     if _C_PLAN_PARTS is None:
@@ -1000,7 +1007,7 @@ def _map_in_c(spans: Sequence[Any], cache: _BatchCache) -> Sequence[Optional[Dic
         cache.tag_keys,
         *_C_PLAN_PARTS[2:],
     )
-    return _otel_map_spans(spans, plan)
+    return _otel_map_spans(spans, plan, as_objects)
 
 
 def _set_priority(trace: List[Dict[str, Any]]) -> None:
@@ -1064,7 +1071,9 @@ def encode_spans(spans: Iterable[Any], version: str = "v0.4", **encoder_options:
     spans, grouped by trace id.  ``encoder_options`` go to
     :class:`spanpack.TraceMsgPackEncoder` (v0.4 writes span events natively
     unless ``native_span_events=False``)."""
-    return _encoder_for(version, dict(encoder_options)).encode_traces(map_spans(spans))
+    encoder = _encoder_for(version, dict(encoder_options))
+    # OtelSpans are read by their fields' protocol names, which fields= would rename.
+    return encoder.encode_traces(_mapped_traces(spans, as_objects="fields" not in encoder_options))
 
 
 # -- the exporter ----------------------------------------------------------------
@@ -1114,7 +1123,9 @@ class DatadogSpanExporter(SpanExporter):  # type: ignore[misc,valid-type]
         if self._shut_down:
             return SpanExportResult.FAILURE
         try:
-            traces = map_spans(spans)
+            # OtelSpans unless the writer's encoders rename fields (fields=).
+            options = getattr(self.writer, "_encoder_options", None)
+            traces = _mapped_traces(spans, as_objects=isinstance(options, dict) and "fields" not in options)
         except Exception:
             # A batch the mapping cannot read is lost: said, with the reason.
             _log.warning("spanpack.otel: %d spans not exported", len(spans), exc_info=True)

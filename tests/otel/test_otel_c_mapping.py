@@ -74,12 +74,28 @@ def _both(spans: List[Any]) -> None:
     or negative is handed back to the Python rules."""
     cache = otel._BatchCache()
     got = otel._map_in_c(spans, cache)
-    for span, c_span in zip(spans, got):
+    objects = otel._map_in_c(spans, otel._BatchCache(), True)
+    for span, c_span, c_object in zip(spans, got, objects):
         if c_span is None:
             assert not 0 <= span.context.trace_id < 2**128, span.name
+            assert c_object is None
             continue
         expected = otel._span_dict(span, otel._BatchCache())
         assert repr(list(c_span.items())) == repr(list(expected.items()))
+        assert repr(_object_items(c_object)) == repr(list(expected.items()))
+
+
+def _object_items(mapped: Any) -> List[Any]:
+    """An OtelSpan's fields as a dict span's items: the ones it has, in its
+    slot order (a dict span's key order)."""
+    items = []
+    for name in ("trace_id", "span_id", "parent_id", "service", "name", "resource", "span_type", "start_ns",
+                 "duration_ns", "error", "meta", "metrics", "links", "events"):
+        try:
+            items.append((name, getattr(mapped, name)))
+        except AttributeError:
+            pass
+    return items
 
 
 @settings(max_examples=400)

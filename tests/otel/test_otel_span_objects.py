@@ -1,0 +1,130 @@
+"""encode_spans hands the encoder ext/otel_span.c's OtelSpan objects (the
+mapped span's fields in read-only slots) instead of dict spans.  The bytes
+must not depend on that: every payload equals the one the same encoder makes
+of map_spans' dict spans, for spans of every rule table, made by the SDK's
+tracer, with links and events, in every version and encoder mode."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.resources import Resource  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode  # noqa: E402
+
+from spanpack import TraceMsgPackEncoder, otel  # noqa: E402
+from tests.otel.spans import make_span  # noqa: E402
+from tests.otel.transform_cases import CASES, SCOPE, SPAN_ID, TRACE_ID  # noqa: E402
+
+pytestmark = pytest.mark.skipif(otel._C_PLAN_PARTS is None, reason="SPANPACK_OTEL_PYTHON is set")
+
+
+def _sdk_spans() -> List[Any]:
+    """Two traces from the SDK's tracer: errors, an exception event, links
+    (one with a list attribute), a client span, a sampling priority."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc", "env": "prod", "n": 3}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("lib", "2")
+    with tracer.start_as_current_span("root", kind=SpanKind.SERVER, attributes={
+            "http.request.method": "GET", "http.response.status_code": 503, "sampling.priority": 2}) as root:
+        with tracer.start_as_current_span("db", kind=SpanKind.CLIENT, attributes={"db.system": "mysql", "rows": 4},
+                                          links=[Link(root.get_span_context(), {"n": 1, "tags": ["a", "b"]})]) as db:
+            db.add_event("retry", {"attempt": 2, "ok": False, "codes": [1, 2]})
+            db.record_exception(ValueError("v"))
+            db.set_status(Status(StatusCode.ERROR, "failed"))
+    with tracer.start_as_current_span("consumer", kind=SpanKind.CONSUMER,
+                                      links=[Link(root.get_span_context())]):
+        pass
+    provider.shutdown()
+    return list(memory.get_finished_spans())
+
+
+def _case_spans() -> List[Any]:
+    return [make_span(trace_id=TRACE_ID + i, span_id=SPAN_ID, scope=SCOPE, resource=case["resource"], **case["span"])
+            for i, case in enumerate(CASES)]
+
+
+BATCHES = {"sdk": _sdk_spans, "transform_cases": _case_spans}
+OPTIONS: List[Dict[str, Any]] = [
+    {}, {"native_span_events": False}, {"strict": True}, {"lenient": True}, {"intern": False},
+    {"default_meta": {"team": "t"}, "default_metrics": {"w": 1.5}},
+]
+
+
+@pytest.mark.parametrize("version, options", [
+    (version, options) for version in ("v0.4", "v0.5", "v1.0") for options in OPTIONS
+    if not (version == "v1.0" and "default_meta" in options)  # v1.0 has no default tags
+], ids=lambda value: value if isinstance(value, str) else ",".join(value) or "defaults")
+@pytest.mark.parametrize("batch", list(BATCHES))
+def test_objects_give_the_bytes_of_dict_spans(batch, version, options):
+    spans = BATCHES[batch]()
+    mapped = otel._mapped_traces(spans, as_objects=True)
+    assert all(type(span).__name__ == "OtelSpan" for trace in mapped for span in trace)
+    encoder_options = otel._encoder_options(version, dict(options))
+    expected = TraceMsgPackEncoder(version, **encoder_options).encode_traces(otel.map_spans(spans))
+    assert otel.encode_spans(spans, version, **options) == expected
+    assert TraceMsgPackEncoder(version, **encoder_options).encode_traces(mapped) == expected
+
+
+def test_put_and_encode_take_objects_as_dict_spans():
+    spans = _sdk_spans()
+    by_objects, by_dicts = TraceMsgPackEncoder("v0.5"), TraceMsgPackEncoder("v0.5")
+    for trace in otel._mapped_traces(spans, as_objects=True):
+        by_objects.put(trace)
+    for trace in otel.map_spans(spans):
+        by_dicts.put(trace)
+    assert by_objects.encode() == by_dicts.encode()
+
+
+def test_an_otel_span_is_read_only_and_made_only_by_the_mapping():
+    mapped = otel._mapped_traces(_sdk_spans(), as_objects=True)[0][0]
+    cls = type(mapped)
+    with pytest.raises(TypeError, match="cannot create"):
+        cls()
+    with pytest.raises(AttributeError):
+        mapped.name = "other"
+    with pytest.raises(AttributeError):
+        mapped.tags = {}  # no instance dict: nothing but its fields
+    assert not hasattr(mapped, "__dict__")
+
+
+def test_fields_renaming_keeps_dict_spans():
+    """fields= renames an object span's attributes (not a dict span's keys):
+    encode_spans then maps to dict spans, whose keys it leaves alone."""
+    spans = _sdk_spans()
+    options = {"fields": {"meta": "tags"}, "native_span_events": True}
+    expected = TraceMsgPackEncoder("v0.4", **options).encode_traces(otel.map_spans(spans))
+    assert otel.encode_spans(spans, fields={"meta": "tags"}) == expected
+    assert b"db.system" in expected
+
+
+class _RecordingWriter:
+    """What DatadogSpanExporter needs of an AgentWriter, keeping the traces."""
+
+    def __init__(self, encoder_options: Dict[str, Any]) -> None:
+        self._encoder_options = encoder_options
+        self.traces: List[Any] = []
+
+    def write(self, trace: Any) -> None:
+        self.traces.append(trace)
+
+    def _intake_totals(self) -> List[int]:
+        return [len(self.traces), 0, 0]
+
+
+@pytest.mark.parametrize("encoder_options, kind", [({}, "OtelSpan"), ({"fields": {"meta": "tags"}}, "dict")])
+def test_the_exporter_writes_objects_unless_the_writer_renames_fields(encoder_options, kind):
+    writer = _RecordingWriter(encoder_options)
+    exporter = otel.DatadogSpanExporter(writer)  # type: ignore[arg-type]
+    spans = _sdk_spans()
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    assert {type(span).__name__ for trace in writer.traces for span in trace} == {kind}
+    encoder = TraceMsgPackEncoder("v0.4", native_span_events=True)
+    assert encoder.encode_traces(writer.traces) == encoder.encode_traces(otel.map_spans(spans))
