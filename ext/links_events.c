@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "jsontext.h"
+#include "otel_span.h"
 #include "packer.h"
 #include "spanwrite.h"
 
@@ -443,7 +444,7 @@ done:
 }
 
 /* A link's fields as a dict of its own: to_dict()'s result (ddtrace's
- * SpanLink), or declined for a dict or an object without to_dict (whose
+ * SpanLink; an OtelLink gives itself, its values read by the writers), or declined for a dict or an object without to_dict (whose
  * fields spanpack._extras reads one by one).  *fields is a new reference. */
 static int
 link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
@@ -451,6 +452,11 @@ link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
     *fields = NULL;
     if (PyDict_Check(link)) {
         return link_fields_made(w, link, 0, fields);
+    }
+    if (Py_TYPE(link) == w->state->otel_link_type) {
+        /* spanpack.otel's: the link itself, written from its values. */
+        *fields = Py_NewRef(link);
+        return WRITE_DONE;
     }
     /* ddtrace's SpanLink: its to_dict() is the rules of link_fields_made
      * over its fields (its dropped count kept as _dropped_attributes), read
@@ -778,9 +784,20 @@ json_put_event(SpanWriter *w, OutBuf *out, const EventFields *fields, Py_ssize_t
 static int
 json_put_link(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index)
 {
-    (void)w;
     int written = index > 0 ? json_put(out, ", ", 2) : WRITE_DONE;
-    return written == WRITE_DONE ? json_text_write(out, fields, 1) : written;
+    if (written != WRITE_DONE) {
+        return written;
+    }
+    if (Py_TYPE(fields) != w->state->otel_link_type) {
+        return json_text_write(out, fields, 1);
+    }
+    PyObject *made = otel_link_fields_dict(w->state, fields, 0);
+    if (made == NULL) {
+        return WRITE_ERROR;
+    }
+    written = json_text_write(out, made, 1);
+    Py_DECREF(made);
+    return written;
 }
 
 /* ---------------------------------------------------------------------------
@@ -879,11 +896,54 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
     return written;
 }
 
+/* spanpack.otel's link (OtelLink) written from its values: v04_put_link's
+ * bytes for its to_dict() form, in that form's key order. */
+static int
+v04_put_otel_link(SpanWriter *w, const OtelLinkObject *link)
+{
+    uint64_t flags;
+    int written = plain_uint63(link->flags, &flags);
+    if (written != WRITE_DONE) {
+        return written;
+    }
+    Py_ssize_t count = 3 + (link->attributes != NULL) + (link->tracestate != NULL) +
+                       (link->trace_high > 0);
+    if (mp_write_map_header(w->out, count) < 0 || put_key(w->out, MP_KEY("trace_id")) < 0 ||
+        mp_write_uint(w->out, link->trace_low) < 0 || put_key(w->out, MP_KEY("span_id")) < 0 ||
+        mp_write_uint(w->out, link->span_id) < 0) {
+        return WRITE_ERROR;
+    }
+    if (link->attributes != NULL) {
+        written = put_key(w->out, MP_KEY("attributes")) < 0 ? WRITE_ERROR
+                                                             : put_string_map(w->out, link->attributes);
+        if (written != WRITE_DONE) {
+            return written;
+        }
+    }
+    if (link->tracestate != NULL) {
+        written = put_key(w->out, MP_KEY("tracestate")) < 0 ? WRITE_ERROR
+                                                             : put_plain_text(w->out, link->tracestate);
+        if (written != WRITE_DONE) {
+            return written;
+        }
+    }
+    if (put_key(w->out, MP_KEY("flags")) < 0 ||
+        mp_write_uint(w->out, flags | (UINT64_C(1) << 31)) < 0 ||
+        (link->trace_high > 0 && (put_key(w->out, MP_KEY("trace_id_high")) < 0 ||
+                                  mp_write_uint(w->out, link->trace_high) < 0))) {
+        return WRITE_ERROR;
+    }
+    return WRITE_DONE;
+}
+
 static int
 v04_put_link_item(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index)
 {
     (void)out;
     (void)index;
+    if (Py_TYPE(fields) == w->state->otel_link_type) {
+        return v04_put_otel_link(w, (const OtelLinkObject *)fields);
+    }
     return v04_put_link(w, fields);
 }
 

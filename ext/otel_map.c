@@ -1452,9 +1452,46 @@ trace_state_header(OtelMapper *m, PyObject *state)
     return Py_NewRef(m->trace_state_header);
 }
 
-/* One link as spanpack.otel's _links makes it (a new dict in *out), or
- * *out NULL when it is of another form than the SDK's (then spanpack.otel
- * converts the list).  0, or -1 with an error. */
+/* A link of link_make's values as an OtelLink (into *out): the values of
+ * the to_dict() form links_events.c's link_fields_made makes of link_make's
+ * dict (ids in range, attributes when there are any, tracestate when not
+ * empty, flags).  1 when made; 0 (nothing made) where those rules decline
+ * (an id out of range, text that is not an exact str: the dict goes, and
+ * the encoder's rules judge it); -1 with an error. */
+static int
+link_object_make(OtelMapper *m, PyObject *context, PyObject *attributes, PyObject *header,
+                 PyObject *flags, PyObject **out)
+{
+    PyObject *trace_id = PyTuple_GET_ITEM(context, 0), *span_id = PyTuple_GET_ITEM(context, 1);
+    if (!PyLong_CheckExact(trace_id) || !PyLong_CheckExact(span_id) ||
+        !PyUnicode_CheckExact(header) || !PyLong_CheckExact(flags)) {
+        return 0;
+    }
+    uint64_t trace_high, trace_low, span_high, span_low;
+    int wide = pyint_u128(m->fast_paths, trace_id, &trace_high, &trace_low);
+    if (wide == 0) {
+        wide = pyint_u128(m->fast_paths, span_id, &span_high, &span_low);
+    }
+    if (wide != 0 || span_high != 0) {
+        return wide < 0 ? -1 : 0; /* negative or wider than the id */
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(attributes, &position, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(value)) {
+            return 0; /* flattened or refused by the encoder's rules */
+        }
+    }
+    *out = otel_link_new(m->state, trace_high, trace_low, span_low,
+                         PyDict_GET_SIZE(attributes) > 0 ? attributes : NULL,
+                         PyUnicode_GET_LENGTH(header) > 0 ? header : NULL, flags);
+    return *out == NULL ? -1 : 1;
+}
+
+/* One link as spanpack.otel's _links makes it (a new dict in *out; for
+ * OtelSpans, an OtelLink where link_object_make can), or *out NULL when it
+ * is of another form than the SDK's (then spanpack.otel converts the list).
+ * 0, or -1 with an error. */
 static int
 link_make(OtelMapper *m, PyObject *link, PyObject **out)
 {
@@ -1508,7 +1545,17 @@ link_make(OtelMapper *m, PyObject *link, PyObject **out)
     PyObject *state = PyTuple_GET_ITEM(context, 4);
     header = state == Py_None ? Py_NewRef(NAME(m, V_EMPTY)) : trace_state_header(m, state);
     flags = header == NULL ? NULL : PyNumber_Long(PyTuple_GET_ITEM(context, 3));
-    if (flags == NULL || (dict = PyDict_New()) == NULL ||
+    if (flags == NULL) {
+        goto done;
+    }
+    if (m->objects) {
+        int made = link_object_make(m, context, converted, header, flags, out);
+        if (made != 0) {
+            rc = made < 0 ? -1 : 0;
+            goto done;
+        }
+    }
+    if ((dict = PyDict_New()) == NULL ||
         PyDict_SetItem(dict, NAME(m, F_TRACE_ID), PyTuple_GET_ITEM(context, 0)) < 0 ||
         PyDict_SetItem(dict, NAME(m, F_SPAN_ID), PyTuple_GET_ITEM(context, 1)) < 0 ||
         PyDict_SetItem(dict, NAME(m, A_EVENT_ATTRIBUTES), converted) < 0 ||

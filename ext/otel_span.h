@@ -1,6 +1,6 @@
 /* The Datadog span the OpenTelemetry mapping makes (otel_map.c), as a C
  * object: what spanpack.otel.encode_spans hands the encoder instead of a
- * dict span.  Its fields are read-only object slots named as the span
+ * dict span (and its links: OtelLink, below).  Its fields are read-only object slots named as the span
  * protocol's fields, so the encoder reads it as any __slots__ class (each
  * member found once at its offset, spanfields.c), with no dict made, filled
  * and looked up per span. */
@@ -46,7 +46,31 @@ otel_span_field(PyObject *span, OtelSpanField field)
     return ((OtelSpanObject *)span)->fields[field];
 }
 
-/* Called from module exec: creates state->otel_span_type. */
+/* A span link the mapping made, as OtelLink: the values of its to_dict()
+ * form (hex ids, attributes as text, tracestate when not empty, flags) as
+ * links_events.c writes them, held as C values so that v0.4 writes them
+ * without making that form; to_dict() (and otel_link_fields_dict for the
+ * writers of text) makes it.  Immutable: only the mapping sets them. */
+typedef struct {
+    PyObject_HEAD
+    uint64_t trace_high, trace_low, span_id;
+    PyObject *attributes; /* an exact dict, exact str keys and values; NULL: none */
+    PyObject *tracestate; /* an exact, non-empty str; NULL: none */
+    PyObject *flags;      /* an exact int */
+} OtelLinkObject;
+
+/* A new link of these values (each object borrowed; `attributes` no other
+ * code holds or changes afterwards); NULL with an exception set. */
+PyObject *otel_link_new(SpanpackState *state, uint64_t trace_high, uint64_t trace_low,
+                        uint64_t span_id, PyObject *attributes, PyObject *tracestate,
+                        PyObject *flags);
+
+/* The link's to_dict() form: a new dict (its attributes the link's own dict,
+ * or a copy with `copy_attributes`); NULL with an exception set. */
+PyObject *otel_link_fields_dict(SpanpackState *state, PyObject *link, int copy_attributes);
+
+/* Called from module exec: creates state->otel_span_type and
+ * state->otel_link_type. */
 int otel_span_module_init(PyObject *module, SpanpackState *state);
 
 #endif /* SPANPACK_OTEL_SPAN_H */

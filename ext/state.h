@@ -19,7 +19,8 @@
     X(packer_type)                                                                                 \
     X(trace_encoder_type)                                                                          \
     X(encoded_part_type)                                                                           \
-    X(otel_span_type)
+    X(otel_span_type)                                                                              \
+    X(otel_link_type)
 
 /* Attributes of Python modules, looked up by module exec: X(member, module,
  * attribute). */

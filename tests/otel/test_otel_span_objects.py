@@ -73,6 +73,33 @@ def test_objects_give_the_bytes_of_dict_spans(batch, version, options):
     assert TraceMsgPackEncoder(version, **encoder_options).encode_traces(mapped) == expected
 
 
+def test_links_are_made_in_their_written_form_unless_the_rules_decline():
+    """An SDK link becomes an OtelLink (its to_dict() form made by the
+    mapping); one whose attribute key is a str subclass stays a dict link,
+    judged by the encoder's rules as before.  Bytes equal either way."""
+
+    class Key(str):
+        pass
+
+    spans = [make_span(trace_id=TRACE_ID, span_id=SPAN_ID, name="n", links=[
+        {"trace_id": TRACE_ID, "span_id": 7, "tracestate": "k=v", "flags": 1, "attributes": [("a", "x"), ("n", 2)]},
+        {"trace_id": 1, "span_id": 9, "attributes": [(Key("plain"), "y")]},
+        {"trace_id": 1, "span_id": 10},
+    ])]
+    links = otel._mapped_traces(spans, as_objects=True)[0][0].links
+    assert [type(link).__name__ for link in links] == ["OtelLink", "dict", "OtelLink"]
+    assert links[0].to_dict() == {"trace_id": "%032x" % TRACE_ID, "span_id": "%016x" % 7,
+                                  "attributes": {"a": "x", "n": "2"}, "tracestate": "k=v", "flags": 1}
+    assert links[2].to_dict() == {"trace_id": "%032x" % 1, "span_id": "%016x" % 10, "flags": 0}
+    copy = links[0].to_dict()
+    copy["attributes"]["a"] = "changed"  # a copy: the link keeps its own
+    assert links[0].to_dict()["attributes"]["a"] == "x"
+    for version in ("v0.4", "v0.5", "v1.0"):
+        options = otel._encoder_options(version, {})
+        expected = TraceMsgPackEncoder(version, **options).encode_traces(otel.map_spans(spans))
+        assert otel.encode_spans(spans, version) == expected
+
+
 def test_put_and_encode_take_objects_as_dict_spans():
     spans = _sdk_spans()
     by_objects, by_dicts = TraceMsgPackEncoder("v0.5"), TraceMsgPackEncoder("v0.5")
