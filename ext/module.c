@@ -267,11 +267,12 @@ static PyMethodDef spanpack_functions[] = {
      "_check_msgpack_length($module, length, /)\n--\n\nRaise ValueError unless length fits a "
      "msgpack header (a test hook)."},
     {"_otel_map_spans", (PyCFunction)(void (*)(void))otel_map_spans, METH_FASTCALL,
-     "_otel_map_spans($module, spans, plan, /)\n--\n\nOpenTelemetry SDK spans as dict spans, None "
-     "for each one spanpack.otel maps in Python (its plan: spanpack.otel._c_plan)."},
+     "_otel_map_spans($module, spans, plan, as_objects=False, /)\n--\n\nOpenTelemetry SDK spans "
+     "as dict spans (OtelSpans: as_objects), None for each one spanpack.otel maps in Python (its "
+     "plan: spanpack.otel._c_plan)."},
     {"_otel_group_traces", (PyCFunction)(void (*)(void))otel_group_traces, METH_FASTCALL,
-     "_otel_group_traces($module, dd_spans, priority_key, default_priority, /)\n--\n\nDict "
-     "spans grouped by trace id, each trace's local root carrying its sampling priority "
+     "_otel_group_traces($module, dd_spans, priority_key, default_priority, /)\n--\n\nMapped "
+     "spans (dict spans, OtelSpans) grouped by trace id, each trace's local root carrying its sampling priority "
      "(spanpack.otel.map_spans)."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,4 +1,5 @@
-/* OpenTelemetry SDK spans mapped to Datadog dict spans, in C: the per-span
+/* OpenTelemetry SDK spans mapped to Datadog spans (dict spans, or the
+ * OtelSpans and OtelLinks of otel_span.h for the encoder), in C: the per-span
  * part of spanpack.otel's mapping (docs/otel.md, rules 1-22) for spans of a
  * class the Python side has approved (the SDK's ReadableSpan, read through
  * the fields its properties return).

@@ -1,4 +1,5 @@
-/* OpenTelemetry SDK spans mapped to Datadog dict spans (otel_map.c). */
+/* OpenTelemetry SDK spans mapped to Datadog spans (otel_map.c): dict spans,
+ * or OtelSpans (otel_span.h). */
 #ifndef SPANPACK_OTEL_MAP_H
 #define SPANPACK_OTEL_MAP_H
 
@@ -9,7 +10,8 @@
 /* Module exec: the interned names the mapping uses (state->otel_names). */
 int otel_map_module_init(SpanpackState *state);
 
-/* _spanpack._otel_map_spans(spans, plan) -> [dict span or None, ...]. */
+/* _spanpack._otel_map_spans(spans, plan, as_objects=False) -> [dict span (an
+ * OtelSpan: as_objects) or None, ...]. */
 PyObject *otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* _spanpack._otel_group_traces(dd_spans, priority_key, default_priority) ->
