@@ -444,8 +444,9 @@ done:
 }
 
 /* A link's fields as a dict of its own: to_dict()'s result (ddtrace's
- * SpanLink; an OtelLink gives itself, its values read by the writers), or declined for a dict or an object without to_dict (whose
- * fields spanpack._extras reads one by one).  *fields is a new reference. */
+ * SpanLink; an OtelLink gives itself, its values read by the writers), or declined for a dict or an
+ * object without to_dict (whose fields spanpack._extras reads one by one).  *fields is a new
+ * reference. */
 static int
 link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
 {
@@ -906,23 +907,25 @@ v04_put_otel_link(SpanWriter *w, const OtelLinkObject *link)
     if (written != WRITE_DONE) {
         return written;
     }
-    Py_ssize_t count = 3 + (link->attributes != NULL) + (link->tracestate != NULL) +
-                       (link->trace_high > 0);
+    Py_ssize_t count =
+        3 + (link->attributes != NULL) + (link->tracestate != NULL) + (link->trace_high > 0);
     if (mp_write_map_header(w->out, count) < 0 || put_key(w->out, MP_KEY("trace_id")) < 0 ||
         mp_write_uint(w->out, link->trace_low) < 0 || put_key(w->out, MP_KEY("span_id")) < 0 ||
         mp_write_uint(w->out, link->span_id) < 0) {
         return WRITE_ERROR;
     }
     if (link->attributes != NULL) {
-        written = put_key(w->out, MP_KEY("attributes")) < 0 ? WRITE_ERROR
-                                                             : put_string_map(w->out, link->attributes);
+        written = put_key(w->out, MP_KEY("attributes")) < 0
+                      ? WRITE_ERROR
+                      : put_string_map(w->out, link->attributes);
         if (written != WRITE_DONE) {
             return written;
         }
     }
     if (link->tracestate != NULL) {
-        written = put_key(w->out, MP_KEY("tracestate")) < 0 ? WRITE_ERROR
-                                                             : put_plain_text(w->out, link->tracestate);
+        written = put_key(w->out, MP_KEY("tracestate")) < 0
+                      ? WRITE_ERROR
+                      : put_plain_text(w->out, link->tracestate);
         if (written != WRITE_DONE) {
             return written;
         }

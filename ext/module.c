@@ -272,7 +272,8 @@ static PyMethodDef spanpack_functions[] = {
      "plan: spanpack.otel._c_plan)."},
     {"_otel_group_traces", (PyCFunction)(void (*)(void))otel_group_traces, METH_FASTCALL,
      "_otel_group_traces($module, dd_spans, priority_key, default_priority, /)\n--\n\nMapped "
-     "spans (dict spans, OtelSpans) grouped by trace id, each trace's local root carrying its sampling priority "
+     "spans (dict spans, OtelSpans) grouped by trace id, each trace's local root carrying its "
+     "sampling priority "
      "(spanpack.otel.map_spans)."},
     {NULL, NULL, 0, NULL},
 };

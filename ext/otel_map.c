@@ -261,6 +261,9 @@ typedef struct {
     int readable;
 } ItemClassCheck;
 
+/* Room in a span's meta for the tags the rules and its attributes add. */
+#define SPAN_META_ROOM 16
+
 typedef struct {
     SpanpackState *state;
     int objects;          /* make OtelSpans (else dict spans) */
@@ -276,6 +279,8 @@ typedef struct {
     PyObject *last_resource, *resource_values;
     PyObject *last_scope, *scope_values;
     PyObject *last_trace_state, *trace_state_header;
+    /* The last trace id (an exact int: ints never change) and its hex text. */
+    PyObject *last_trace_id, *trace_id_hex;
     /* A dict span with every key (values None): each span's dict is a copy,
      * made at its final size in one step, its values then replaced. */
     PyObject *span_template;
@@ -325,6 +330,8 @@ mapper_clear(OtelMapper *m)
     Py_CLEAR(m->scope_values);
     Py_CLEAR(m->last_trace_state);
     Py_CLEAR(m->trace_state_header);
+    Py_CLEAR(m->last_trace_id);
+    Py_CLEAR(m->trace_id_hex);
     Py_CLEAR(m->span_template);
     Py_CLEAR(m->base_meta);
 }
@@ -1826,10 +1833,9 @@ set_early_if_found(OtelMapper *m, PyObject *meta, PyObject *res, PyObject *scope
     return rc;
 }
 
-/* Room in a span's meta for the tags the rules and its attributes add. */
-#define SPAN_META_ROOM 16
-
-/* The meta every span of this resource and scope starts from (borrowed). */
+/* The meta every span of this resource and scope starts from (borrowed):
+ * the resource's tags, the scope's, then the scope's name and version tags
+ * (set again after the span's attributes: scope_tail_set). */
 static PyObject *
 base_meta(OtelMapper *m, PyObject *res, PyObject *scope)
 {
@@ -1837,10 +1843,12 @@ base_meta(OtelMapper *m, PyObject *res, PyObject *scope)
         /* Made at the size a span's meta grows to (each span's is a copy, at
          * this size): filling it entry by entry keeps that size, where an
          * update of an empty dict would take the source's. */
-        PyObject *sources[2] = {PyTuple_GET_ITEM(res, RES_META), PyTuple_GET_ITEM(scope, 0)};
-        PyObject *base = _PyDict_NewPresized(PyDict_GET_SIZE(sources[0]) +
-                                             PyDict_GET_SIZE(sources[1]) + SPAN_META_ROOM);
-        for (int i = 0; i < 2 && base != NULL; i++) {
+        PyObject *sources[3] = {PyTuple_GET_ITEM(res, RES_META), PyTuple_GET_ITEM(scope, 0),
+                                PyTuple_GET_ITEM(scope, 1)};
+        PyObject *base =
+            _PyDict_NewPresized(PyDict_GET_SIZE(sources[0]) + PyDict_GET_SIZE(sources[1]) +
+                                PyDict_GET_SIZE(sources[2]) + SPAN_META_ROOM);
+        for (int i = 0; i < 3 && base != NULL; i++) {
             Py_ssize_t position = 0;
             PyObject *key, *value;
             while (base != NULL && PyDict_Next(sources[i], &position, &key, &value)) {
@@ -1862,13 +1870,33 @@ base_meta(OtelMapper *m, PyObject *res, PyObject *scope)
     return m->base_meta;
 }
 
+/* The scope's name and version tags (`tail`) over whatever the span's
+ * attributes set under their keys: meta.update(tail), where meta holds them
+ * already (base_meta), so only a value an attribute replaced is set. */
+static int
+scope_tail_set(PyObject *meta, PyObject *tail)
+{
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(tail, &position, &key, &value)) {
+        PyObject *held = PyDict_GetItemWithError(meta, key);
+        if (held == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (held != value && PyDict_SetItem(meta, key, value) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* The dict span's keys, in the order spanpack's encoder documents them. */
-static const int span_keys[] = {F_TRACE_ID,    F_SPAN_ID,  F_PARENT_ID, F_SERVICE,
-                                F_NAME,        F_RESOURCE, F_SPAN_TYPE, F_START_NS,
-                                F_DURATION_NS, F_ERROR,    F_META,      F_METRICS,
-                                F_LINKS,       F_EVENTS};
-_Static_assert(sizeof(span_keys) / sizeof(span_keys[0]) == OS_FIELD_COUNT,
-               "a dict span has the OtelSpan's fields, in its slot order");
+static const int span_keys[OS_FIELD_COUNT] = {
+    [OS_TRACE_ID] = F_TRACE_ID,   [OS_SPAN_ID] = F_SPAN_ID,   [OS_PARENT_ID] = F_PARENT_ID,
+    [OS_SERVICE] = F_SERVICE,     [OS_NAME] = F_NAME,         [OS_RESOURCE] = F_RESOURCE,
+    [OS_SPAN_TYPE] = F_SPAN_TYPE, [OS_START_NS] = F_START_NS, [OS_DURATION_NS] = F_DURATION_NS,
+    [OS_ERROR] = F_ERROR,         [OS_META] = F_META,         [OS_METRICS] = F_METRICS,
+    [OS_LINKS] = F_LINKS,         [OS_EVENTS] = F_EVENTS};
 /* The keys every dict span has (links and events only when it has some). */
 #define SPAN_KEYS_ALWAYS OS_LINKS
 
@@ -2139,22 +2167,28 @@ map_span(OtelMapper *m, PyObject *span)
             goto done;
         }
         PyObject *trace_id = PyTuple_GET_ITEM(f.context, 0);
-        uint64_t low, high;
-        int wide = pyint_u128(m->fast_paths, trace_id, &high, &low);
-        if (wide < 0) {
-            goto done;
+        if (trace_id != m->last_trace_id) {
+            /* (a batch's spans come trace by trace: one text per trace) */
+            uint64_t low, high;
+            int wide = pyint_u128(m->fast_paths, trace_id, &high, &low);
+            if (wide < 0) {
+                goto done;
+            }
+            if (wide) { /* not a 128-bit id: the rules in Python say what it becomes */
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+            char hex[32];
+            hex64_put(hex, high);
+            hex64_put(hex + 16, low);
+            PyObject *hex_text = PyUnicode_FromStringAndSize(hex, 32);
+            if (hex_text == NULL) {
+                goto done;
+            }
+            Py_XSETREF(m->trace_id_hex, hex_text);
+            Py_XSETREF(m->last_trace_id, Py_NewRef(trace_id));
         }
-        if (wide) { /* not a 128-bit id: the rules in Python say what it becomes */
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
-        char hex[32];
-        hex64_put(hex, high);
-        hex64_put(hex + 16, low);
-        PyObject *hex_text = PyUnicode_FromStringAndSize(hex, 32);
-        int rc = hex_text == NULL ? -1 : PyDict_SetItem(meta, NAME(m, K_OTEL_TRACE_ID), hex_text);
-        Py_XDECREF(hex_text);
-        if (rc < 0) {
+        if (PyDict_SetItem(meta, NAME(m, K_OTEL_TRACE_ID), m->trace_id_hex) < 0) {
             goto done;
         }
         PyObject *version = PyTuple_GET_ITEM(res, RES_VERSION);
@@ -2217,7 +2251,7 @@ map_span(OtelMapper *m, PyObject *span)
                 goto done;
             }
         }
-        if (PyDict_Update(meta, PyTuple_GET_ITEM(scope, 1)) < 0 ||
+        if (scope_tail_set(meta, PyTuple_GET_ITEM(scope, 1)) < 0 ||
             PyDict_SetItem(meta, NAME(m, K_OTEL_STATUS_CODE), NAME(m, status_names[status])) < 0) {
             goto done;
         }
@@ -2330,7 +2364,7 @@ otel_map_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     .fast_paths = &state->fast_paths};
     Py_ssize_t count = PySequence_Fast_GET_SIZE(spans);
     PyObject *out = PyList_New(count);
-    if (out == NULL || (m.span_template = span_template_new(m.names)) == NULL ||
+    if (out == NULL || (!objects && (m.span_template = span_template_new(m.names)) == NULL) ||
         (m.zero = PyLong_FromLong(0)) == NULL) {
         goto error;
     }

@@ -87,10 +87,19 @@ static PyType_Slot otel_span_slots[] = {
     {0, NULL},
 };
 
+/* Immutable where CPython can make a heap type so (3.10+): a class attribute
+ * set on it (a meta_struct, a replaced descriptor) would be read by the
+ * encoder for every span. */
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+#define OS_TYPE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE)
+#else
+#define OS_TYPE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC)
+#endif
+
 static PyType_Spec otel_span_spec = {
     .name = "spanpack._spanpack.OtelSpan",
     .basicsize = sizeof(OtelSpanObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .flags = OS_TYPE_FLAGS,
     .slots = otel_span_slots,
 };
 
@@ -203,19 +212,17 @@ static PyType_Slot otel_link_slots[] = {
 static PyType_Spec otel_link_spec = {
     .name = "spanpack._spanpack.OtelLink",
     .basicsize = sizeof(OtelLinkObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .flags = OS_TYPE_FLAGS,
     .slots = otel_link_slots,
 };
 
 int
 otel_span_module_init(PyObject *module, SpanpackState *state)
 {
-    state->otel_span_type =
-        (PyTypeObject *)PyType_FromModuleAndSpec(module, &otel_span_spec, NULL);
+    state->otel_span_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &otel_span_spec, NULL);
     if (state->otel_span_type == NULL) {
         return -1;
     }
-    state->otel_link_type =
-        (PyTypeObject *)PyType_FromModuleAndSpec(module, &otel_link_spec, NULL);
+    state->otel_link_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &otel_link_spec, NULL);
     return state->otel_link_type == NULL ? -1 : 0;
 }

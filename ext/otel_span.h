@@ -1,9 +1,8 @@
 /* The Datadog span the OpenTelemetry mapping makes (otel_map.c), as a C
  * object: what spanpack.otel.encode_spans hands the encoder instead of a
- * dict span (and its links: OtelLink, below).  Its fields are read-only object slots named as the span
- * protocol's fields, so the encoder reads it as any __slots__ class (each
- * member found once at its offset, spanfields.c), with no dict made, filled
- * and looked up per span. */
+ * dict span (and its links: OtelLink, below).  Its fields are read-only object slots named as the
+ * span protocol's fields, so the encoder reads it as any __slots__ class (each member found once at
+ * its offset, spanfields.c), with no dict made, filled and looked up per span. */
 #ifndef SPANPACK_OTEL_SPAN_H
 #define SPANPACK_OTEL_SPAN_H
 

@@ -1479,6 +1479,7 @@ layout_resolve(SpanFieldReader *reader, PyTypeObject *type, PyObject *span, int 
     layout->attributes = attributes;
     layout_index(&reader->fast_paths, layout, type, attributes);
     layout->trace_id_is_int = trace_id_is_int;
+    layout->strict_never_refuses = -1;
     layout->context_offset = context_offset;
     layout->context_property = context_property; /* (the references made above) */
     layout->context_getter = context_getter;
@@ -2011,6 +2012,54 @@ is_ddtrace_context(SpanFieldReader *reader, PyTypeObject *type)
     return result;
 }
 
+/* Is the object slot `member` one of the fields `read` (a layout's
+ * attribute names; NULL for the field's own name), as refuse_unwritten
+ * judges a slot's name?  Compares without running any code; a name that is
+ * not ASCII is not judged here (0: its spans are checked one by one). */
+static int
+member_is_read(const PyMemberDef *member, PyObject *const *read)
+{
+    for (const char *c = member->name; *c != '\0'; c++) {
+        if ((unsigned char)*c >= 0x80) {
+            return 0;
+        }
+    }
+    for (int i = 0; i < SF_COUNT; i++) {
+        PyObject *attribute = read[i];
+        if (attribute != NULL && PyTuple_Check(attribute)) {
+            attribute = PyTuple_GET_ITEM(attribute, 0); /* a dotted path's first step */
+        }
+        if (attribute == NULL ? strcmp(member->name, span_field_names[i]) == 0
+                              : PyUnicode_CompareWithASCIIString(attribute, member->name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether no span of `type` can carry anything unwritten: no instance
+ * dict, and every object slot of its MRO (but __dunder__ ones) one of the
+ * fields `read`, so that spanfields_check_strict would refuse none. */
+static int
+strict_never_refuses(PyTypeObject *type, PyObject *const *read)
+{
+    if (has_instance_dict(type)) {
+        return 0;
+    }
+    PyObject *mro = type->tp_mro;
+    for (Py_ssize_t m = 0; mro != NULL && m < PyTuple_GET_SIZE(mro); m++) {
+        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, m);
+        for (const PyMemberDef *member = base->tp_members; member != NULL && member->name != NULL;
+             member++) {
+            if (member->type == SP_T_OBJECT_EX && strncmp(member->name, "__", 2) != 0 &&
+                !member_is_read(member, read)) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
 int
 spanfields_check_strict(SpanFieldReader *reader, PyObject *span)
 {
@@ -2023,6 +2072,13 @@ spanfields_check_strict(SpanFieldReader *reader, PyObject *span)
     }
     if (layout->attributes == reader->ddtrace_attribute) {
         result = 0; /* ddtrace's Span: read whole, as ddtrace writes it */
+        goto done;
+    }
+    if (layout->strict_never_refuses < 0) {
+        layout->strict_never_refuses = strict_never_refuses(type, layout->attributes);
+    }
+    if (layout->strict_never_refuses) {
+        result = 0;
         goto done;
     }
     /* The attribute names read: copied, as finding the instance's own

@@ -202,6 +202,11 @@ typedef struct {
      * those slots. */
     Py_ssize_t line_offsets[SF_COUNT];
     int line_count;
+    /* strict=True's check of this class, worked out at its first span: 1 when
+     * none of its spans can carry anything unwritten (no instance dict, every
+     * object slot of its MRO a field read), so there is nothing to check; 0
+     * when each span is checked; -1 not worked out yet. */
+    int strict_never_refuses;
 } SpanTypeLayout;
 
 typedef struct {

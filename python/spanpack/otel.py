@@ -376,7 +376,7 @@ class _BatchCache:
         self.readers: Dict[type, Any] = {}
         self.tag_keys: Dict[str, str] = _tag_keys_for_batch()
         self.trace_hex: Dict[int, str] = {}  # a batch's spans share few trace ids
-        self.bases: Dict[Tuple[int, int], Dict[str, str]] = {}
+        self.bases: Dict[Tuple[int, int, int], Dict[str, str]] = {}
 
     def reader(self, cls: type) -> Any:
         found = self.readers.get(cls)
@@ -384,11 +384,12 @@ class _BatchCache:
             found = self.readers[cls] = _reader_for(cls)
         return found
 
-    def base_meta(self, res: _ResourceValues, scope: _ScopeValues) -> Dict[str, str]:
-        """The resource's tags then the scope's: where each span's meta starts."""
-        found = self.bases.get((id(res), id(scope)))
+    def base_meta(self, res: _ResourceValues, scope: _ScopeValues, tail: "_ScopeTail") -> Dict[str, str]:
+        """The resource's tags, the scope's, then the scope's name and version
+        (set again after the attributes): where each span's meta starts."""
+        found = self.bases.get((id(res), id(scope), id(tail)))
         if found is None:
-            found = self.bases[(id(res), id(scope))] = {**res.meta, **scope.meta}
+            found = self.bases[(id(res), id(scope), id(tail))] = {**res.meta, **scope.meta, **tail.tags}
         return found
 
     # The per-batch values in the forms ext/otel_map.c takes.
@@ -649,7 +650,7 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
     error = None
     # The resource's tags, then the scope's, come first: what rules 8-11 set
     # is added after them, with the value the agent's order gives (_set_early).
-    meta = cache.base_meta(res, scope_values).copy()
+    meta = cache.base_meta(res, scope_values, scope_tail).copy()
     metrics: Dict[str, float] = {}
     has_datadog = not _DATADOG_KEYS.isdisjoint(attributes)
     kind_tag = _KIND_NAMES[kind]
@@ -752,7 +753,7 @@ def _span_dict(span: Any, cache: _BatchCache) -> Dict[str, Any]:
         if header:
             meta["w3c.tracestate"] = header
     if scope_tail.tags:
-        meta.update(scope_tail.tags)
+        meta.update(scope_tail.tags)  # (in meta from the base already: over what the attributes set)
     meta["otel.status_code"] = _STATUS_NAMES[status_code]
     description = status.description
     if status_code == _ERROR_STATUS:
@@ -1115,6 +1116,15 @@ class DatadogSpanExporter(SpanExporter):  # type: ignore[misc,valid-type]
             writer_options.setdefault("native_span_events", True)
             writer = AgentWriter(**writer_options)
         self.writer = writer
+        # OtelSpans for AgentWriter's own write() (which only encodes them),
+        # unless its encoders rename fields (fields=); dict spans for any
+        # other writer, whose write() may read or change them as dicts.
+        options = getattr(writer, "_encoder_options", None)
+        self._takes_objects = (
+            getattr(type(writer), "write", None) is AgentWriter.write
+            and isinstance(options, dict)
+            and "fields" not in options
+        )
         self.shutdown_timeout = float(shutdown_timeout)
         self._shut_down = False
         self._lock = threading.Lock()
@@ -1123,9 +1133,7 @@ class DatadogSpanExporter(SpanExporter):  # type: ignore[misc,valid-type]
         if self._shut_down:
             return SpanExportResult.FAILURE
         try:
-            # OtelSpans unless the writer's encoders rename fields (fields=).
-            options = getattr(self.writer, "_encoder_options", None)
-            traces = _mapped_traces(spans, as_objects=isinstance(options, dict) and "fields" not in options)
+            traces = _mapped_traces(spans, as_objects=self._takes_objects)
         except Exception:
             # A batch the mapping cannot read is lost: said, with the reason.
             _log.warning("spanpack.otel: %d spans not exported", len(spans), exc_info=True)

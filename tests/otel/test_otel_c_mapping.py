@@ -43,6 +43,7 @@ RULE_KEYS = [
     "graphql.operation.type", "graphql.operation.name", "network.protocol.name", "_dd.measured",
     "sampling.priority", "analytics.event", "env", "version", "error.message", "error.type", "error.stack",
     "client.address", "url.full", "http.request.header.x-id", "deployment.environment", "container.id", "plain",
+    "otel.scope.name", "otel.library.version",  # the scope's tags, set again over the attributes
 ]
 TEXTS = st.sampled_from(["", "GET", "_OTHER", "PostgreSQL", "redis", "aws-api", "Kafka", "TRUE", "false", "x y",
                          "ünï", "201", "/r/{id}"])

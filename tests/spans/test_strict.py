@@ -102,3 +102,69 @@ def test_ddtrace_span_is_not_checked():
     span.finish()
     for version in VERSIONS:
         assert encode(version, "encode_traces", [span]) == spanpack.TraceMsgPackEncoder(version).encode_traces([[span]])
+
+
+class AllFields:
+    """Every object slot a field: no span of it can carry anything unwritten
+    (the check is worked out once for the class, then skipped)."""
+
+    __slots__ = ("trace_id", "span_id", "name", "start_ns", "meta")
+
+    def __init__(self, **values):
+        for name, value in values.items():
+            setattr(self, name, value)
+
+
+class AllFieldsAndMore(AllFields):
+    __slots__ = ("spare",)
+
+
+class AllFieldsAndDict(AllFields):
+    pass  # an instance __dict__: checked span by span
+
+
+class Renamed:
+    __slots__ = ("trace_id", "span_id", "name", "start_ns", "tags", "meta")
+
+    def __init__(self, **values):
+        for name, value in values.items():
+            setattr(self, name, value)
+
+
+class NotAscii:
+    __slots__ = ("trace_id", "span_id", "name", "start_ns", "métrica")
+
+    def __init__(self, **values):
+        for name, value in values.items():
+            setattr(self, name, value)
+
+
+@pytest.mark.filterwarnings("ignore::spanpack.SpanFieldWarning")  # Renamed's tags
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_class_whose_every_slot_is_a_field_is_written_and_its_kin_still_checked(version):
+    """The verdict worked out for one class holds for it alone: a subclass
+    with a slot more, or with an instance dict, and a class whose slot is
+    read under fields= (or not read for it) are checked span by span."""
+    encoder = spanpack.TraceMsgPackEncoder(version, strict=True)
+    plain = spanpack.TraceMsgPackEncoder(version)
+    spans = [AllFields(meta={"a": "b"}, **CORE) for _ in range(3)]
+    assert encoder.encode_traces([spans]) == plain.encode_traces([spans])
+    refused = [
+        (AllFieldsAndMore(spare=1, **CORE), "AllFieldsAndMore carries 'spare'"),
+        (AllFieldsAndDict(**CORE), None),
+        (NotAscii(**CORE, **{"métrica": 1}), "NotAscii carries 'métrica'"),
+    ]
+    with_dict = refused[1][0]
+    with_dict.extra = 1
+    refused[1] = (with_dict, "AllFieldsAndDict carries 'extra'")
+    for span, named in refused:
+        with pytest.raises(TypeError, match="class tests.spans.test_strict.%s" % named):
+            encoder.encode_traces([[span]])
+    assert encoder.encode_traces([[AllFieldsAndMore(**CORE)]]) == plain.encode_traces([[AllFieldsAndMore(**CORE)]])
+    renamed = spanpack.TraceMsgPackEncoder(version, strict=True, fields={"meta": "tags"})
+    assert renamed.encode_traces([[Renamed(tags={"a": "b"}, **CORE)]]) == spanpack.TraceMsgPackEncoder(
+        version, fields={"meta": "tags"}).encode_traces([[Renamed(tags={"a": "b"}, **CORE)]])
+    with pytest.raises(TypeError, match="Renamed carries 'meta'"):
+        renamed.encode_traces([[Renamed(meta={"a": "b"}, **CORE)]])
+    with pytest.raises(TypeError, match="Renamed carries 'tags'"):
+        encoder.encode_traces([[Renamed(tags={"a": "b"}, **CORE)]])
