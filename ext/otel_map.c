@@ -264,6 +264,18 @@ typedef struct {
 /* Room in a span's meta for the tags the rules and its attributes add. */
 #define SPAN_META_ROOM 16
 
+/* What the rules make of an attribute key, kept for the call by the key
+ * object (the spans of a batch share their keys' str objects): its rule
+ * attribute index, and its tag key with whether that is special.  Only for
+ * exact str, whose answers depend on the text alone. */
+#define KEY_MEMO_SIZE 64 /* a power of two */
+typedef struct {
+    PyObject *key; /* held; NULL: empty */
+    int rule;      /* index in rule_values, or -1 */
+    PyObject *tag; /* held: tag_key's answer; NULL until asked */
+    int special;   /* tag in PLAN_SPECIAL (with tag) */
+} KeyMemo;
+
 typedef struct {
     SpanpackState *state;
     int objects;          /* make OtelSpans (else dict spans) */
@@ -299,6 +311,7 @@ typedef struct {
     ItemClassCheck event_check, link_check;
     /* The int 0, held. */
     PyObject *zero;
+    KeyMemo key_memo[KEY_MEMO_SIZE];
     /* lowered_format's last answer (both held) and its format. */
     PyObject *lowered_text, *lowered;
     const char *lowered_format;
@@ -334,6 +347,38 @@ mapper_clear(OtelMapper *m)
     Py_CLEAR(m->trace_id_hex);
     Py_CLEAR(m->span_template);
     Py_CLEAR(m->base_meta);
+    for (int i = 0; i < KEY_MEMO_SIZE; i++) {
+        Py_CLEAR(m->key_memo[i].key);
+        Py_CLEAR(m->key_memo[i].tag);
+    }
+}
+
+/* The memo of the exact str `key` (key_memo): found by the object, else
+ * made with its rule index (the tag key left to key_memo_tag).  NULL with
+ * an error. */
+static KeyMemo *
+key_memo_get(OtelMapper *m, PyObject *key)
+{
+    KeyMemo *memo = &m->key_memo[sp_hash_address(key) >> (64 - 6)];
+    _Static_assert(KEY_MEMO_SIZE == 1 << 6, "the memo's index is the hash's top 6 bits");
+    if (memo->key == key) {
+        return memo;
+    }
+    PyObject *index = PyDict_GetItemWithError(m->rule_index, key);
+    if (index == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    long rule = index == NULL ? -1 : PyLong_AsLong(index);
+    if (index != NULL && (rule < 0 || rule >= RULE_COUNT)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_SystemError, "spanpack.otel: bad rule index");
+        }
+        return NULL;
+    }
+    Py_CLEAR(memo->tag);
+    Py_XSETREF(memo->key, Py_NewRef(key));
+    memo->rule = (int)rule;
+    return memo;
 }
 
 /* The span's value of a rule attribute (borrowed), or NULL when it has none. */
@@ -359,6 +404,16 @@ rule_values_read(OtelMapper *m, PyObject *attrs)
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     while (PyDict_Next(attrs, &pos, &key, &value)) {
+        if (PyUnicode_CheckExact(key)) {
+            KeyMemo *memo = key_memo_get(m, key);
+            if (memo == NULL) {
+                return -1;
+            }
+            if (memo->rule >= 0) {
+                Py_XSETREF(m->rule_values[memo->rule], Py_NewRef(value));
+            }
+            continue;
+        }
         if (!PyUnicode_Check(key)) {
             continue; /* (refused by the tag mapping, with its name) */
         }
@@ -909,6 +964,45 @@ tag_key(OtelMapper *m, PyObject *key)
     return Py_XNewRef(kept);
 }
 
+/* An attribute key's tag key (new reference in *tag) and whether that is
+ * one of PLAN_SPECIAL, by the key's memo for an exact str.  0, or -1 with
+ * an error (a key that is no str: TypeError naming it). */
+static int
+key_tag(OtelMapper *m, PyObject *key, PyObject **tag, int *special)
+{
+    KeyMemo *memo = NULL;
+    if (PyUnicode_CheckExact(key)) {
+        if ((memo = key_memo_get(m, key)) == NULL) {
+            return -1;
+        }
+        if (memo->tag != NULL) {
+            *tag = Py_NewRef(memo->tag);
+            *special = memo->special;
+            return 0;
+        }
+    }
+    PyObject *mapped = PyUnicode_Check(key) ? tag_key(m, key) : NULL;
+    if (mapped == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "span attribute key %R is not a str", key);
+        }
+        return -1;
+    }
+    int found = is_empty_text(mapped) ? 0 : PySet_Contains(PLAN(m, PLAN_SPECIAL), mapped);
+    if (found < 0) {
+        Py_DECREF(mapped);
+        return -1;
+    }
+    /* (tag_key may have run Python code: the memo is kept only if still this key's) */
+    if (memo != NULL && memo->key == key) {
+        Py_XSETREF(memo->tag, Py_NewRef(mapped));
+        memo->special = found;
+    }
+    *tag = mapped;
+    *special = found;
+    return 0;
+}
+
 /* Rule 15: the span's attributes to tags and metrics. */
 static int
 map_attributes(OtelMapper *m, PyObject *attrs, PyObject *meta, PyObject *metrics)
@@ -919,20 +1013,13 @@ map_attributes(OtelMapper *m, PyObject *attrs, PyObject *meta, PyObject *metrics
         Py_INCREF(key);
         Py_INCREF(value);
         PyObject *text = NULL;
-        int rc = -1;
-        PyObject *mapped = PyUnicode_Check(key) ? tag_key(m, key) : NULL;
-        if (mapped == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_TypeError, "span attribute key %R is not a str", key);
-            }
+        int rc = -1, special;
+        PyObject *mapped = NULL;
+        if (key_tag(m, key, &mapped, &special) < 0) {
             goto next;
         }
         if (is_empty_text(mapped)) {
             rc = 0;
-            goto next;
-        }
-        int special = PySet_Contains(PLAN(m, PLAN_SPECIAL), mapped);
-        if (special < 0) {
             goto next;
         }
         if (PyUnicode_CheckExact(value)) {
