@@ -274,36 +274,6 @@ flatten_link_attribute(PyObject *flat, PyObject *key, PyObject *value, int depth
     return result < 0 ? WRITE_ERROR : WRITE_DONE;
 }
 
-/* An exact int in [0, 2**bits) (`bits` 64 or 128) as bits / 4 lowercase hex
- * digits, as "{:016x}" and "{:032x}" write it. */
-static int
-link_id_hex(const SpFastPaths *fast_paths, PyObject *value, int bits, PyObject **hex)
-{
-    uint64_t high = 0, low;
-    if (!PyLong_CheckExact(value)) {
-        return WRITE_DECLINED;
-    }
-    int wide = pyint_u128(fast_paths, value, &high, &low);
-    if (wide < 0) {
-        return WRITE_ERROR;
-    }
-    if (wide > 0 || (bits == 64 && high != 0)) {
-        return WRITE_DECLINED; /* negative, or wider than the id */
-    }
-    char text[32];
-    if (bits == 128) {
-        hex64_put(text, high);
-    }
-    hex64_put(text + (bits == 128 ? 16 : 0), low);
-    *hex = PyUnicode_FromStringAndSize(text, bits / 4);
-    return *hex == NULL ? WRITE_ERROR : WRITE_DONE;
-}
-
-/* The fields of a link given as a dict or an object without to_dict(), as
- * spanpack._extras's _link_dict makes them: hex ids, attributes flattened
- * to text, dropped_attributes_count when above 0, tracestate when not
- * empty, flags when not None.  Declines what its rules would refuse or
- * judge by Python code. */
 /* One of a ddtrace SpanLink's fields (`ddtrace`), which its to_dict() reads
  * as attributes: one it lacks declines (to_dict() raises its
  * AttributeError); else item_field. */
@@ -324,12 +294,85 @@ link_field(SpanWriter *w, PyObject *link, PyObject *name, int ddtrace, PyObject 
     return WRITE_DECLINED;
 }
 
+void
+link_values_clear(LinkValues *values)
+{
+    Py_CLEAR(values->attributes);
+    Py_CLEAR(values->tracestate);
+    Py_CLEAR(values->flags);
+}
+
+/* An exact int in [0, 2**bits) (`bits` 64 or 128) as 64-bit halves. */
 static int
-link_fields_made(SpanWriter *w, PyObject *link, int ddtrace, PyObject **fields)
+link_id(const SpFastPaths *fast_paths, PyObject *value, int bits, uint64_t *high, uint64_t *low)
+{
+    if (!PyLong_CheckExact(value)) {
+        return WRITE_DECLINED;
+    }
+    int wide = pyint_u128(fast_paths, value, high, low);
+    if (wide < 0) {
+        return WRITE_ERROR;
+    }
+    return wide > 0 || (bits == 64 && *high != 0) ? WRITE_DECLINED /* negative, or too wide */
+                                                  : WRITE_DONE;
+}
+
+/* A link's attributes flattened to text (a dict; NULL when there are none),
+ * as spanpack._extras's _link_dict makes them: attributes of exact str keys
+ * and values are the same dict (`borrow`: no code runs before they are
+ * written) or a copy, others a new dict of flatten_link_attribute's. */
+static int
+link_attributes_flat(PyObject *attributes, int borrow, PyObject **flat)
+{
+    *flat = NULL;
+    if (attributes == Py_None ||
+        (PyDict_CheckExact(attributes) && PyDict_GET_SIZE(attributes) == 0)) {
+        return WRITE_DONE;
+    }
+    if (!PyDict_CheckExact(attributes)) {
+        return WRITE_DECLINED; /* its truth and items() are its own */
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    int plain = 1;
+    while (plain && PyDict_Next(attributes, &position, &key, &value)) {
+        plain = PyUnicode_CheckExact(key) && PyUnicode_CheckExact(value);
+    }
+    if (plain) {
+        *flat = borrow ? Py_NewRef(attributes) : PyDict_Copy(attributes);
+        return *flat == NULL ? WRITE_ERROR : WRITE_DONE;
+    }
+    PyObject *made = PyDict_New();
+    if (made == NULL) {
+        return WRITE_ERROR;
+    }
+    int found = WRITE_DONE;
+    position = 0;
+    while (found == WRITE_DONE && PyDict_Next(attributes, &position, &key, &value)) {
+        found = PyUnicode_CheckExact(key) ? flatten_link_attribute(made, key, value, 0)
+                                          : WRITE_DECLINED;
+    }
+    if (found != WRITE_DONE) {
+        Py_DECREF(made);
+        return found;
+    }
+    *flat = made;
+    return WRITE_DONE;
+}
+
+/* The values (LinkValues) of a link given as a dict, an object without
+ * to_dict() or ddtrace's SpanLink (`ddtrace`), by spanpack._extras's
+ * _link_dict rules: ids in range, attributes flattened to text, the
+ * dropped count when above 0, tracestate when not empty, flags when not
+ * None.  Declines what those rules would refuse or judge by Python code.
+ * `borrow`: see link_attributes_flat. */
+static int
+link_values_read(SpanWriter *w, PyObject *link, int ddtrace, int borrow, LinkValues *values)
 {
     SpanpackState *state = w->state;
     PyObject *trace_id = NULL, *span_id = NULL, *attributes = NULL, *dropped = NULL;
-    PyObject *tracestate = NULL, *flags = NULL, *made = NULL, *text = NULL;
+    PyObject *tracestate = NULL, *flags = NULL;
+    *values = (LinkValues){0};
     /* ddtrace's SpanLink keeps its dropped count as _dropped_attributes. */
     PyObject *dropped_name =
         ddtrace ? state->str_dropped_attributes : state->str_dropped_attributes_count;
@@ -349,127 +392,138 @@ link_fields_made(SpanWriter *w, PyObject *link, int ddtrace, PyObject **fields)
     if (result == WRITE_DONE) {
         result = link_field(w, link, state->str_flags, ddtrace, &flags);
     }
-    if (result != WRITE_DONE) {
-        goto done;
-    }
     /* Every field read (getters may be Python code); what follows runs none
      * but allocation. */
-    result = WRITE_ERROR;
-    made = PyDict_New();
-    if (made == NULL) {
-        goto done;
+    uint64_t span_high = 0;
+    if (result == WRITE_DONE) {
+        result =
+            link_id(&state->fast_paths, trace_id, 128, &values->trace_high, &values->trace_low);
     }
-    int found = link_id_hex(&state->fast_paths, trace_id, 128, &text);
-    if (found != WRITE_DONE || PyDict_SetItem(made, state->str_trace_id, text) < 0) {
-        result = found == WRITE_DONE ? WRITE_ERROR : found;
-        goto done;
+    if (result == WRITE_DONE) {
+        result = link_id(&state->fast_paths, span_id, 64, &span_high, &values->span_id);
     }
-    Py_CLEAR(text);
-    found = link_id_hex(&state->fast_paths, span_id, 64, &text);
-    if (found != WRITE_DONE || PyDict_SetItem(made, state->str_span_id, text) < 0) {
-        result = found == WRITE_DONE ? WRITE_ERROR : found;
-        goto done;
+    if (result == WRITE_DONE) {
+        result = link_attributes_flat(attributes, borrow, &values->attributes);
     }
-    Py_CLEAR(text);
-    if (attributes != Py_None &&
-        !(PyDict_CheckExact(attributes) && PyDict_GET_SIZE(attributes) == 0)) {
-        if (!PyDict_CheckExact(attributes)) {
-            result = WRITE_DECLINED; /* its truth and items() are its own */
-            goto done;
-        }
-        PyObject *flat = PyDict_New();
-        if (flat == NULL) {
-            goto done;
-        }
-        Py_ssize_t position = 0;
-        PyObject *key, *value;
-        found = WRITE_DONE;
-        while (found == WRITE_DONE && PyDict_Next(attributes, &position, &key, &value)) {
-            found = PyUnicode_CheckExact(key) ? flatten_link_attribute(flat, key, value, 0)
-                                              : WRITE_DECLINED;
-        }
-        if (found != WRITE_DONE || PyDict_SetItem(made, state->str_attributes, flat) < 0) {
-            Py_DECREF(flat);
-            result = found == WRITE_DONE ? WRITE_ERROR : found;
-            goto done;
-        }
-        Py_DECREF(flat);
-    }
-    if (dropped == Py_None && ddtrace) {
+    if (result == WRITE_DONE && dropped == Py_None && ddtrace) {
         result = WRITE_DECLINED; /* to_dict() compares it with 0: a TypeError */
-        goto done;
     }
-    if (dropped != Py_None) {
-        uint64_t count;
-        found = plain_uint63(dropped, &count);
-        if (found != WRITE_DONE) {
-            result = found;
-            goto done;
-        }
-        if (count > 0 && PyDict_SetItem(made, state->str_dropped_attributes_count, dropped) < 0) {
-            goto done;
-        }
+    if (result == WRITE_DONE && dropped != Py_None) {
+        result = plain_uint63(dropped, &values->dropped);
     }
-    if (tracestate != Py_None) {
+    if (result == WRITE_DONE && tracestate != Py_None) {
         if (!PyUnicode_CheckExact(tracestate)) {
             result = WRITE_DECLINED;
-            goto done;
         }
-        if (PyUnicode_GET_LENGTH(tracestate) > 0 &&
-            PyDict_SetItem(made, state->str_tracestate, tracestate) < 0) {
-            goto done;
+        else if (PyUnicode_GET_LENGTH(tracestate) > 0) {
+            values->tracestate = Py_NewRef(tracestate);
         }
     }
-    if (flags != Py_None) {
+    if (result == WRITE_DONE && flags != Py_None) {
         if (!PyLong_CheckExact(flags)) {
             result = WRITE_DECLINED;
-            goto done;
         }
-        if (PyDict_SetItem(made, state->str_flags, flags) < 0) {
-            goto done;
+        else {
+            values->flags = Py_NewRef(flags);
         }
     }
-    *fields = Py_NewRef(made);
-    result = WRITE_DONE;
-done:
+    if (result != WRITE_DONE) {
+        link_values_clear(values);
+    }
     Py_XDECREF(trace_id);
     Py_XDECREF(span_id);
     Py_XDECREF(attributes);
     Py_XDECREF(dropped);
     Py_XDECREF(tracestate);
     Py_XDECREF(flags);
-    Py_XDECREF(made);
-    Py_XDECREF(text);
     return result;
 }
 
-/* A link's fields as a dict of its own: to_dict()'s result (ddtrace's
- * SpanLink; an OtelLink gives itself, its values read by the writers), or declined for a dict or an
- * object without to_dict (whose fields spanpack._extras reads one by one).  *fields is a new
- * reference. */
-static int
-link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
+/* `digits` / 16 64-bit words (high first) as lowercase hex: a new str. */
+static PyObject *
+hex_text(const uint64_t *words, int digits)
 {
-    *fields = NULL;
+    char text[32];
+    for (int i = 0; i < digits / 16; i++) {
+        hex64_put(text + 16 * i, words[i]);
+    }
+    return PyUnicode_FromStringAndSize(text, digits);
+}
+
+PyObject *
+link_values_dict(SpanpackState *state, const LinkValues *values, int copy_attributes)
+{
+    const uint64_t trace_id[2] = {values->trace_high, values->trace_low};
+    PyObject *fields = PyDict_New();
+    PyObject *trace_text = hex_text(trace_id, 32);
+    PyObject *span_text = hex_text(&values->span_id, 16);
+    PyObject *attributes = values->attributes == NULL ? NULL
+                           : copy_attributes          ? PyDict_Copy(values->attributes)
+                                                      : Py_NewRef(values->attributes);
+    PyObject *dropped = values->dropped > 0 ? PyLong_FromUnsignedLongLong(values->dropped) : NULL;
+    if (fields == NULL || trace_text == NULL || span_text == NULL ||
+        (values->attributes != NULL && attributes == NULL) ||
+        (values->dropped > 0 && dropped == NULL) ||
+        PyDict_SetItem(fields, state->str_trace_id, trace_text) < 0 ||
+        PyDict_SetItem(fields, state->str_span_id, span_text) < 0 ||
+        (attributes != NULL && PyDict_SetItem(fields, state->str_attributes, attributes) < 0) ||
+        (dropped != NULL &&
+         PyDict_SetItem(fields, state->str_dropped_attributes_count, dropped) < 0) ||
+        (values->tracestate != NULL &&
+         PyDict_SetItem(fields, state->str_tracestate, values->tracestate) < 0) ||
+        (values->flags != NULL && PyDict_SetItem(fields, state->str_flags, values->flags) < 0)) {
+        Py_CLEAR(fields);
+    }
+    Py_XDECREF(trace_text);
+    Py_XDECREF(span_text);
+    Py_XDECREF(attributes);
+    Py_XDECREF(dropped);
+    return fields;
+}
+
+/* What one link gave: the result of an object's own to_dict(), or the
+ * values of its fields (LinkValues). */
+typedef struct {
+    PyObject *dict; /* held; NULL: `values` */
+    LinkValues values;
+} LinkFields;
+
+static void
+link_fields_clear(LinkFields *fields)
+{
+    Py_CLEAR(fields->dict);
+    link_values_clear(&fields->values);
+}
+
+/* A link's fields (LinkFields, `borrow`: link_values_read's): its values
+ * for a dict, an OtelLink, ddtrace's SpanLink (read as its to_dict() reads
+ * it, with its dropped count kept as _dropped_attributes; what those rules
+ * decline, its to_dict() makes) or an object without to_dict(); else what
+ * its to_dict() gives.  Declined for what spanpack._extras must judge. */
+static int
+link_fields(SpanWriter *w, PyObject *link, int borrow, LinkFields *fields)
+{
+    fields->dict = NULL;
+    fields->values = (LinkValues){0};
     if (PyDict_Check(link)) {
-        return link_fields_made(w, link, 0, fields);
+        return link_values_read(w, link, 0, borrow, &fields->values);
     }
     if (Py_TYPE(link) == w->state->otel_link_type) {
-        /* spanpack.otel's: the link itself, written from its values. */
-        *fields = Py_NewRef(link);
+        /* spanpack.otel's: its values as the mapping made them (they never change). */
+        fields->values = ((OtelLinkObject *)link)->values;
+        Py_XINCREF(fields->values.attributes);
+        Py_XINCREF(fields->values.tracestate);
+        Py_XINCREF(fields->values.flags);
         return WRITE_DONE;
     }
-    /* ddtrace's SpanLink: its to_dict() is the rules of link_fields_made
-     * over its fields (its dropped count kept as _dropped_attributes), read
-     * without calling it; what those rules decline, to_dict() makes. */
     int ddtrace_link = spanfields_is_ddtrace_link(w->reader, link);
     if (ddtrace_link < 0) {
         return span_reraise(w, "links", NULL);
     }
     if (ddtrace_link) {
-        int made = link_fields_made(w, link, 1, fields);
-        if (made != WRITE_DECLINED) {
-            return made;
+        int read = link_values_read(w, link, 1, borrow, &fields->values);
+        if (read != WRITE_DECLINED) {
+            return read;
         }
     }
     PyObject *to_dict = PyObject_GetAttr(link, w->state->str_to_dict);
@@ -478,11 +532,11 @@ link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
             return span_reraise(w, "links", NULL);
         }
         PyErr_Clear();
-        return link_fields_made(w, link, 0, fields);
+        return link_values_read(w, link, 0, borrow, &fields->values);
     }
     if (to_dict == Py_None) {
         Py_DECREF(to_dict);
-        return link_fields_made(w, link, 0, fields);
+        return link_values_read(w, link, 0, borrow, &fields->values);
     }
     PyObject *result = PyObject_CallNoArgs(to_dict);
     Py_DECREF(to_dict);
@@ -493,7 +547,7 @@ link_fields(SpanWriter *w, PyObject *link, PyObject **fields)
         Py_DECREF(result);
         return WRITE_DECLINED;
     }
-    *fields = result;
+    fields->dict = result;
     return WRITE_DONE;
 }
 
@@ -781,51 +835,101 @@ json_put_event(SpanWriter *w, OutBuf *out, const EventFields *fields, Py_ssize_t
     return written == WRITE_DONE ? json_put(out, "}", 1) : written;
 }
 
+/* A JSON key and its separators: `text` is '"key": ' (a literal). */
+#define JSON_KEY(text) text, (Py_ssize_t)(sizeof(text) - 1)
+
+/* One link's values as json.dumps writes their to_dict() form:
+ * {"trace_id": ..., "span_id": ..., "attributes": ...,
+ *  "dropped_attributes_count": ..., "tracestate": ..., "flags": ...}. */
+static int
+json_put_link_values(OutBuf *out, const LinkValues *link)
+{
+    char text[2 + 32 + 1];
+    text[0] = '"';
+    hex64_put(text + 1, link->trace_high);
+    hex64_put(text + 17, link->trace_low);
+    text[33] = '"';
+    int written = json_put(out, JSON_KEY("{\"trace_id\": "));
+    if (written == WRITE_DONE) {
+        written = json_put(out, text, 34);
+    }
+    if (written == WRITE_DONE) {
+        written = json_put(out, JSON_KEY(", \"span_id\": "));
+    }
+    if (written == WRITE_DONE) {
+        hex64_put(text + 1, link->span_id);
+        text[17] = '"';
+        written = json_put(out, text, 18);
+    }
+    if (written == WRITE_DONE && link->attributes != NULL) {
+        written = json_put(out, JSON_KEY(", \"attributes\": "));
+        if (written == WRITE_DONE) {
+            written = json_text_write(out, link->attributes, 2);
+        }
+    }
+    if (written == WRITE_DONE && link->dropped > 0) {
+        char digits[24];
+        const char *start = decimal64_put(digits + sizeof digits, link->dropped);
+        written = json_put(out, JSON_KEY(", \"dropped_attributes_count\": "));
+        if (written == WRITE_DONE) {
+            written = json_put(out, start, digits + sizeof digits - start);
+        }
+    }
+    if (written == WRITE_DONE && link->tracestate != NULL) {
+        written = json_put(out, JSON_KEY(", \"tracestate\": "));
+        if (written == WRITE_DONE) {
+            written = json_text_write(out, link->tracestate, 2);
+        }
+    }
+    if (written == WRITE_DONE && link->flags != NULL) {
+        written = json_put(out, JSON_KEY(", \"flags\": "));
+        if (written == WRITE_DONE) {
+            written = json_text_write(out, link->flags, 2);
+        }
+    }
+    return written == WRITE_DONE ? json_put(out, "}", 1) : written;
+}
+
 /* One link as json.dumps writes its to_dict(). */
 static int
-json_put_link(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index)
+json_put_link(SpanWriter *w, OutBuf *out, const LinkFields *fields, Py_ssize_t index)
 {
+    (void)w;
     int written = index > 0 ? json_put(out, ", ", 2) : WRITE_DONE;
     if (written != WRITE_DONE) {
         return written;
     }
-    if (Py_TYPE(fields) != w->state->otel_link_type) {
-        return json_text_write(out, fields, 1);
-    }
-    PyObject *made = otel_link_fields_dict(w->state, fields, 0);
-    if (made == NULL) {
-        return WRITE_ERROR;
-    }
-    written = json_text_write(out, made, 1);
-    Py_DECREF(made);
-    return written;
+    return fields->dict != NULL ? json_text_write(out, fields->dict, 1)
+                                : json_put_link_values(out, &fields->values);
 }
 
 /* ---------------------------------------------------------------------------
  * The lists */
 
-typedef int (*LinkPutFn)(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index);
+typedef int (*LinkPutFn)(SpanWriter *w, OutBuf *out, const LinkFields *fields, Py_ssize_t index);
 typedef int (*EventPutFn)(SpanWriter *w, OutBuf *out, const EventFields *fields, Py_ssize_t index);
 
-/* What one item gave: a link's to_dict() (links), or an event's fields. */
+/* What one item gave: a link's fields (links), or an event's. */
 typedef struct {
-    PyObject *link;
+    LinkFields link;
     EventFields event;
 } ItemFields;
 
+/* (`borrow`: link_values_read's, for an item written before the next is read.) */
 static int
-item_fields_read(SpanWriter *w, PyObject *item, int is_link, ItemFields *fields)
+item_fields_read(SpanWriter *w, PyObject *item, int is_link, int borrow, ItemFields *fields)
 {
-    fields->link = NULL;
+    fields->link.dict = NULL;
+    fields->link.values = (LinkValues){0};
     fields->event.name = fields->event.time = fields->event.attributes = NULL;
-    return is_link ? link_fields(w, item, &fields->link)
+    return is_link ? link_fields(w, item, borrow, &fields->link)
                    : event_fields_read(w, item, &fields->event);
 }
 
 static void
 item_fields_clear(ItemFields *fields)
 {
-    Py_CLEAR(fields->link);
+    link_fields_clear(&fields->link);
     event_fields_clear(&fields->event);
 }
 
@@ -865,7 +969,7 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
         }
         ItemFields *fields = &read[read_all ? i : 0];
         PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(items, i));
-        written = item_fields_read(w, item, put_link != NULL, fields);
+        written = item_fields_read(w, item, put_link != NULL, !read_all, fields);
         Py_DECREF(item);
         if (written != WRITE_DONE) {
             break;
@@ -874,7 +978,7 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
             held = i + 1;
             continue;
         }
-        written = put_link != NULL ? put_link(w, out, fields->link, i)
+        written = put_link != NULL ? put_link(w, out, &fields->link, i)
                                    : put_event(w, out, &fields->event, i);
         item_fields_clear(fields);
         if (written != WRITE_DONE) {
@@ -885,7 +989,7 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
         written = WRITE_DECLINED;
     }
     for (Py_ssize_t i = 0; i < held && written == WRITE_DONE; i++) {
-        written = put_link != NULL ? put_link(w, out, read[i].link, i)
+        written = put_link != NULL ? put_link(w, out, &read[i].link, i)
                                    : put_event(w, out, &read[i].event, i);
     }
     for (Py_ssize_t i = 0; i < held; i++) {
@@ -897,18 +1001,18 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
     return written;
 }
 
-/* spanpack.otel's link (OtelLink) written from its values: v04_put_link's
- * bytes for its to_dict() form, in that form's key order. */
+/* A link written from its values: v04_put_link's bytes for their to_dict()
+ * form, in that form's key order (the dropped count left out, as there). */
 static int
-v04_put_otel_link(SpanWriter *w, const OtelLinkObject *link)
+v04_put_link_values(SpanWriter *w, const LinkValues *link)
 {
-    uint64_t flags;
-    int written = plain_uint63(link->flags, &flags);
+    uint64_t flags = 0;
+    int written = link->flags != NULL ? plain_uint63(link->flags, &flags) : WRITE_DONE;
     if (written != WRITE_DONE) {
         return written;
     }
-    Py_ssize_t count =
-        3 + (link->attributes != NULL) + (link->tracestate != NULL) + (link->trace_high > 0);
+    Py_ssize_t count = 2 + (link->attributes != NULL) + (link->tracestate != NULL) +
+                       (link->flags != NULL) + (link->trace_high > 0);
     if (mp_write_map_header(w->out, count) < 0 || put_key(w->out, MP_KEY("trace_id")) < 0 ||
         mp_write_uint(w->out, link->trace_low) < 0 || put_key(w->out, MP_KEY("span_id")) < 0 ||
         mp_write_uint(w->out, link->span_id) < 0) {
@@ -930,8 +1034,8 @@ v04_put_otel_link(SpanWriter *w, const OtelLinkObject *link)
             return written;
         }
     }
-    if (put_key(w->out, MP_KEY("flags")) < 0 ||
-        mp_write_uint(w->out, flags | (UINT64_C(1) << 31)) < 0 ||
+    if ((link->flags != NULL && (put_key(w->out, MP_KEY("flags")) < 0 ||
+                                 mp_write_uint(w->out, flags | (UINT64_C(1) << 31)) < 0)) ||
         (link->trace_high > 0 && (put_key(w->out, MP_KEY("trace_id_high")) < 0 ||
                                   mp_write_uint(w->out, link->trace_high) < 0))) {
         return WRITE_ERROR;
@@ -940,14 +1044,12 @@ v04_put_otel_link(SpanWriter *w, const OtelLinkObject *link)
 }
 
 static int
-v04_put_link_item(SpanWriter *w, OutBuf *out, PyObject *fields, Py_ssize_t index)
+v04_put_link_item(SpanWriter *w, OutBuf *out, const LinkFields *fields, Py_ssize_t index)
 {
     (void)out;
     (void)index;
-    if (Py_TYPE(fields) == w->state->otel_link_type) {
-        return v04_put_otel_link(w, (const OtelLinkObject *)fields);
-    }
-    return v04_put_link(w, fields);
+    return fields->dict != NULL ? v04_put_link(w, fields->dict)
+                                : v04_put_link_values(w, &fields->values);
 }
 
 /* What spanpack._extras makes of the list, packed as plain data. */

@@ -1548,7 +1548,7 @@ trace_state_header(OtelMapper *m, PyObject *state)
 }
 
 /* A link of link_make's values as an OtelLink (into *out): the values of
- * the to_dict() form links_events.c's link_fields_made makes of link_make's
+ * the to_dict() form links_events.c's link_values_read makes of link_make's
  * dict (ids in range, attributes when there are any, tracestate when not
  * empty, flags).  1 when made; 0 (nothing made) where those rules decline
  * (an id out of range, text that is not an exact str: the dict goes, and
@@ -1562,10 +1562,11 @@ link_object_make(OtelMapper *m, PyObject *context, PyObject *attributes, PyObjec
         !PyUnicode_CheckExact(header) || !PyLong_CheckExact(flags)) {
         return 0;
     }
-    uint64_t trace_high, trace_low, span_high, span_low;
-    int wide = pyint_u128(m->fast_paths, trace_id, &trace_high, &trace_low);
+    LinkValues values = {0};
+    uint64_t span_high = 0;
+    int wide = pyint_u128(m->fast_paths, trace_id, &values.trace_high, &values.trace_low);
     if (wide == 0) {
-        wide = pyint_u128(m->fast_paths, span_id, &span_high, &span_low);
+        wide = pyint_u128(m->fast_paths, span_id, &span_high, &values.span_id);
     }
     if (wide != 0 || span_high != 0) {
         return wide < 0 ? -1 : 0; /* negative or wider than the id */
@@ -1577,9 +1578,10 @@ link_object_make(OtelMapper *m, PyObject *context, PyObject *attributes, PyObjec
             return 0; /* flattened or refused by the encoder's rules */
         }
     }
-    *out = otel_link_new(m->state, trace_high, trace_low, span_low,
-                         PyDict_GET_SIZE(attributes) > 0 ? attributes : NULL,
-                         PyUnicode_GET_LENGTH(header) > 0 ? header : NULL, flags);
+    values.attributes = PyDict_GET_SIZE(attributes) > 0 ? attributes : NULL;
+    values.tracestate = PyUnicode_GET_LENGTH(header) > 0 ? header : NULL;
+    values.flags = flags;
+    *out = otel_link_new(m->state, &values);
     return *out == NULL ? -1 : 1;
 }
 

@@ -1,8 +1,6 @@
 /* spanpack._spanpack.OtelSpan and OtelLink: see otel_span.h. */
 #include "otel_span.h"
 
-#include "pyint.h"
-
 #include <stddef.h>
 
 #if PY_VERSION_HEX < 0x030C0000
@@ -107,32 +105,31 @@ static PyType_Spec otel_span_spec = {
  * OtelLink */
 
 PyObject *
-otel_link_new(SpanpackState *state, uint64_t trace_high, uint64_t trace_low, uint64_t span_id,
-              PyObject *attributes, PyObject *tracestate, PyObject *flags)
+otel_link_new(SpanpackState *state, const LinkValues *values)
 {
     OtelLinkObject *link = PyObject_GC_New(OtelLinkObject, state->otel_link_type);
     if (link == NULL) {
         return NULL;
     }
-    link->trace_high = trace_high;
-    link->trace_low = trace_low;
-    link->span_id = span_id;
-    link->attributes = Py_XNewRef(attributes);
-    link->tracestate = Py_XNewRef(tracestate);
-    link->flags = Py_NewRef(flags);
+    link->values = *values;
+    Py_XINCREF(link->values.attributes);
+    Py_XINCREF(link->values.tracestate);
+    Py_XINCREF(link->values.flags);
     PyObject_GC_Track(link);
     return (PyObject *)link;
 }
 
-/* No tp_clear: its objects (str, int, a dict of str) can close no cycle, so
- * they are set for the link's whole life. */
+/* No tp_clear, so that its objects are set for the link's whole life (the
+ * writers read them): a cycle through it can only pass through its
+ * attributes dict (reachable from Python by gc.get_referents alone), whose
+ * own tp_clear breaks it. */
 static int
 otel_link_traverse(OtelLinkObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->attributes);
-    Py_VISIT(self->tracestate);
-    Py_VISIT(self->flags);
+    Py_VISIT(self->values.attributes);
+    Py_VISIT(self->values.tracestate);
+    Py_VISIT(self->values.flags);
     return 0;
 }
 
@@ -141,57 +138,18 @@ otel_link_dealloc(OtelLinkObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->attributes);
-    Py_CLEAR(self->tracestate);
-    Py_CLEAR(self->flags);
+    link_values_clear(&self->values);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
 
-/* `digits` / 16 64-bit words (high first) as lowercase hex: a new str. */
-static PyObject *
-hex_text(const uint64_t *words, int digits)
-{
-    char text[32];
-    for (int i = 0; i < digits / 16; i++) {
-        hex64_put(text + 16 * i, words[i]);
-    }
-    return PyUnicode_FromStringAndSize(text, digits);
-}
-
-PyObject *
-otel_link_fields_dict(SpanpackState *state, PyObject *link_object, int copy_attributes)
-{
-    const OtelLinkObject *link = (const OtelLinkObject *)link_object;
-    const uint64_t trace_id[2] = {link->trace_high, link->trace_low};
-    PyObject *fields = PyDict_New();
-    PyObject *trace_text = hex_text(trace_id, 32);
-    PyObject *span_text = hex_text(&link->span_id, 16);
-    PyObject *attributes = link->attributes == NULL ? NULL
-                           : copy_attributes        ? PyDict_Copy(link->attributes)
-                                                    : Py_NewRef(link->attributes);
-    if (fields == NULL || trace_text == NULL || span_text == NULL ||
-        (link->attributes != NULL && attributes == NULL) ||
-        PyDict_SetItem(fields, state->str_trace_id, trace_text) < 0 ||
-        PyDict_SetItem(fields, state->str_span_id, span_text) < 0 ||
-        (attributes != NULL && PyDict_SetItem(fields, state->str_attributes, attributes) < 0) ||
-        (link->tracestate != NULL &&
-         PyDict_SetItem(fields, state->str_tracestate, link->tracestate) < 0) ||
-        PyDict_SetItem(fields, state->str_flags, link->flags) < 0) {
-        Py_CLEAR(fields);
-    }
-    Py_XDECREF(trace_text);
-    Py_XDECREF(span_text);
-    Py_XDECREF(attributes);
-    return fields;
-}
-
-/* What spanpack._extras reads of a link that has to_dict(). */
+/* What spanpack._extras reads of a link that has to_dict(): its attributes
+ * a copy (the link keeps its own). */
 static PyObject *
 otel_link_to_dict(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     SpanpackState *state = spanpack_state_from_type(Py_TYPE(self));
-    return state == NULL ? NULL : otel_link_fields_dict(state, self, 1);
+    return state == NULL ? NULL : link_values_dict(state, &((OtelLinkObject *)self)->values, 1);
 }
 
 static PyMethodDef otel_link_methods[] = {

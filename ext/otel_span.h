@@ -6,6 +6,7 @@
 #ifndef SPANPACK_OTEL_SPAN_H
 #define SPANPACK_OTEL_SPAN_H
 
+#include "links_events.h"
 #include "state.h"
 
 /* Its fields, in slot order (an empty slot is a field the span lacks). */
@@ -46,27 +47,18 @@ otel_span_field(PyObject *span, OtelSpanField field)
 }
 
 /* A span link the mapping made, as OtelLink: the values of its to_dict()
- * form (hex ids, attributes as text, tracestate when not empty, flags) as
- * links_events.c writes them, held as C values so that v0.4 writes them
- * without making that form; to_dict() (and otel_link_fields_dict for the
- * writers of text) makes it.  Immutable: only the mapping sets them. */
+ * form (LinkValues, links_events.h), which the link writers read as they
+ * read any link's; to_dict() makes that form for Python code.  Immutable:
+ * only the mapping sets them. */
 typedef struct {
     PyObject_HEAD
-    uint64_t trace_high, trace_low, span_id;
-    PyObject *attributes; /* an exact dict, exact str keys and values; NULL: none */
-    PyObject *tracestate; /* an exact, non-empty str; NULL: none */
-    PyObject *flags;      /* an exact int */
+    LinkValues values;
 } OtelLinkObject;
 
-/* A new link of these values (each object borrowed; `attributes` no other
- * code holds or changes afterwards); NULL with an exception set. */
-PyObject *otel_link_new(SpanpackState *state, uint64_t trace_high, uint64_t trace_low,
-                        uint64_t span_id, PyObject *attributes, PyObject *tracestate,
-                        PyObject *flags);
-
-/* The link's to_dict() form: a new dict (its attributes the link's own dict,
- * or a copy with `copy_attributes`); NULL with an exception set. */
-PyObject *otel_link_fields_dict(SpanpackState *state, PyObject *link, int copy_attributes);
+/* A new link holding `values` (its objects borrowed: the link takes
+ * references of its own; `values->attributes` no other code changes
+ * afterwards); NULL with an exception set. */
+PyObject *otel_link_new(SpanpackState *state, const LinkValues *values);
 
 /* Called from module exec: creates state->otel_span_type and
  * state->otel_link_type. */

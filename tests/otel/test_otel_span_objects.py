@@ -171,3 +171,57 @@ def test_the_exporter_gives_objects_to_agent_writers_own_write_only(writer_class
     if writer_class is _RecordingWriter:
         assert {type(span) for trace in writer.recorded for span in trace} == {dict}
         writer.recorded[0][0]["meta"].pop("span.kind")  # a dict of its own to change
+
+
+def _span_with_links(links: List[Any]) -> Any:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    return ReadableSpan(name="n", context=SpanContext(0x1234, 0x55, False, TraceFlags(1)), resource=Resource({}),
+                        attributes={}, links=links, start_time=10, end_time=20)
+
+
+def _link(trace_id: int, span_id: int, flags: int = 0, attributes: Any = None, tracestate: str = "") -> Any:
+    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+
+    state = TraceState.from_header([tracestate]) if tracestate else None
+    return Link(SpanContext(trace_id, span_id, False, TraceFlags(flags), state), attributes)
+
+
+class _Key(str):
+    pass
+
+
+# Links at the edges of what the OtelLink form takes, and lists that mix it
+# with dict links or fall back whole to spanpack._extras (whose rules judge).
+EDGE_LINKS = {
+    "ids at their limits": [_link(0, 0), _link(2**128 - 1, 2**64 - 1), _link(2**64, 2**63)],
+    "ids beyond them": [_link(2**128, 1), _link(1, 2**64)],
+    "flags at 2**31, 2**63 and 2**64": [_link(1, 2, 2**31), _link(1, 2, 2**63), _link(1, 2, 2**64)],
+    "attribute values of every kind": [_link(1, 2, 1, {"s": "x", "b": True, "i": 2**70, "f": float("nan"),
+                                                        "inf": float("-inf"), "seq": ("a", "b"), "n": (1, 2.5)})],
+    "long and lone-surrogate text": [_link(1, 2, 0, {"long": "v" * 25_001, "exact": "v" * 25_000}),
+                                     _link(3, 4, 0, {"bad": "\ud800"})],
+    "a str subclass key beside plain links": [_link(1, 2), _link(3, 4, 0, {_Key("k"): "v"}), _link(5, 6, 1)] * 2,
+    "more links than read ahead": [_link(i, i + 1, i % 256, {"i": i}, "k=%d" % i) for i in range(9)],
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"lenient": True}, {"native_span_events": False}, {"intern": False}],
+                         ids=lambda options: ",".join(options) or "defaults")
+@pytest.mark.parametrize("case", list(EDGE_LINKS))
+def test_links_at_the_edges_encode_as_dict_links_do(case, options):
+    """Bytes equal to the dict links', or the same exception (type and
+    message), in every version."""
+    spans = [_span_with_links(EDGE_LINKS[case])]
+    for version in ("v0.4", "v0.5", "v1.0"):
+        encoder_options = otel._encoder_options(version, dict(options))
+
+        def outcome(make: Any) -> Any:
+            try:
+                return make()
+            except Exception as error:  # compared, not judged: both sides must agree
+                return (type(error), str(error))
+
+        expected = outcome(lambda: TraceMsgPackEncoder(version, **encoder_options).encode_traces(otel.map_spans(spans)))
+        assert outcome(lambda: otel.encode_spans(spans, version, **options)) == expected, version

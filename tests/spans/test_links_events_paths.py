@@ -516,6 +516,40 @@ def test_links_json_sees_every_link_as_read_before_any_is_written():
     assert got[9]["_dd.span_links"] == expected
 
 
+def links_whose_second_changes_the_first_attributes():
+    """A dict link of plain text attributes (which the encoder reads without
+    flattening), then a link whose field getter changes those attributes."""
+    first_attributes = {"state": "before"}
+
+    class LateLink:
+        span_id = 8
+        attributes = None
+
+        @property
+        def trace_id(self):
+            first_attributes["state"] = "after"
+            first_attributes["new"] = "later"
+            return 7
+
+    return [{"trace_id": 5, "span_id": 6, "attributes": first_attributes}, LateLink()]
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5"])
+def test_plain_link_attributes_are_written_as_read(version):
+    """v0.4 writes each link before reading the next; JSON reads every link
+    first, so plain attributes are taken as they were when read (a copy),
+    as spanpack._extras takes them."""
+    if version == "v0.4":
+        expected = reference(_extras.links_for_v04, links_whose_second_changes_the_first_attributes(), pack=True)
+        got = encoded(version, span_with(links=links_whose_second_changes_the_first_attributes()))
+        assert packed(got["span_links"]) == expected
+    else:
+        expected = _extras.links_json(links_whose_second_changes_the_first_attributes())
+        assert '"state": "before"' in expected
+        got = encoded(version, span_with(links=links_whose_second_changes_the_first_attributes()))
+        assert got[9]["_dd.span_links"] == expected
+
+
 def test_v04_forms_convert_each_item_before_reading_the_next():
     expected = reference(_extras.events_for_v04, events_where_reading_the_second_changes_the_first(), pack=True)
     got = encoded("v0.4", span_with(events=events_where_reading_the_second_changes_the_first()),
