@@ -130,8 +130,9 @@ def _put_encode(encoder: Any, traces: List[list]) -> Any:
     return encoder.encode()
 
 
-# contender -> version -> a fresh encoder -> a function that encodes traces once
-# (the encoder is made outside the timing: a tracer keeps its own).
+# contender -> version -> a new encoder -> a function that encodes traces once
+# (the encoder is made outside the timing, once, and kept for every round: a
+# tracer's writer keeps its own for the life of the process).
 Contender = Callable[[str], Callable[[], Callable[[List[list]], Any]]]
 CONTENDERS: Dict[str, Contender] = {
     "ddtrace put+encode": lambda version: lambda: (
@@ -158,16 +159,17 @@ def time_shape(shape: str, version: str, rounds: int,
                extra: Optional[Dict[str, Callable[[], Callable[[List[list]], Any]]]] = None) -> ShapeTiming:
     """Best time per span of each contender over `rounds` rounds; in each
     round every contender encodes traces made for it alone, once (the
-    contenders take turns, so a burst of load hits them alike)."""
+    contenders take turns, so a burst of load hits them alike), with the
+    encoder it keeps from round to round, as a tracer's writer does."""
     body, count = SHAPES[shape]
-    encoders = {name: make(version) for name, make in CONTENDERS.items()}
-    encoders.update(extra or {})
+    makers = {name: make(version) for name, make in CONTENDERS.items()}
+    makers.update(extra or {})
+    encoders = {name: make() for name, make in makers.items()}
     best: Dict[str, float] = {}
     spans = 0
     for _ in range(rounds):
-        for name, make in encoders.items():
+        for name, encode in encoders.items():
             traces = finished_traces(body, count)
-            encode = make()
             spans = sum(map(len, traces))
             gc.collect()
             gc.disable()
