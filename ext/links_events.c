@@ -970,17 +970,21 @@ put_each(SpanWriter *w, OutBuf *out, PyObject *items, LinkPutFn put_link, EventP
         ItemFields *fields = &read[read_all ? i : 0];
         PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(items, i));
         written = item_fields_read(w, item, put_link != NULL, !read_all, fields);
-        Py_DECREF(item);
-        if (written != WRITE_DONE) {
-            break;
-        }
-        if (read_all) {
+        if (written != WRITE_DONE || read_all) {
+            Py_DECREF(item);
+            if (written != WRITE_DONE) {
+                break;
+            }
             held = i + 1;
             continue;
         }
+        /* The item is held until it is written: freeing it (its __del__, a
+         * weakref callback) runs Python code, which could change what was
+         * read from it (a borrowed attributes dict, an event's fields). */
         written = put_link != NULL ? put_link(w, out, &fields->link, i)
                                    : put_event(w, out, &fields->event, i);
         item_fields_clear(fields);
+        Py_DECREF(item);
         if (written != WRITE_DONE) {
             break;
         }

@@ -23,6 +23,7 @@ import gc
 import math
 import sys
 import types
+import weakref
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -548,6 +549,38 @@ def test_plain_link_attributes_are_written_as_read(version):
         assert '"state": "before"' in expected
         got = encoded(version, span_with(links=links_whose_second_changes_the_first_attributes()))
         assert got[9]["_dd.span_links"] == expected
+
+
+def links_freed_once_read():
+    """A link that takes itself out of the list while read (the list keeps
+    its length), with a finalizer that changes its attributes: freed by the
+    encoder between reading and writing it, were it not held."""
+    attributes = {"state": "before"}
+    links = []
+
+    class Link:
+        trace_id, span_id = 1, 2
+
+        def __init__(self):
+            self.attributes = attributes
+
+        @property
+        def flags(self):
+            links[0] = {"trace_id": 3, "span_id": 4}
+            return None
+
+    link = Link()
+    weakref.finalize(link, attributes.update, state="after")
+    links.append(link)
+    del link
+    return links
+
+
+def test_a_link_freed_once_read_is_written_as_read():
+    expected = reference(_extras.links_for_v04, links_freed_once_read(), pack=True)
+    assert b"before" in expected
+    got = encoded("v0.4", span_with(links=links_freed_once_read()))
+    assert packed(got["span_links"]) == expected
 
 
 def test_v04_forms_convert_each_item_before_reading_the_next():
