@@ -336,6 +336,8 @@ layout_clear(SpanTypeLayout *layout)
     Py_CLEAR(layout->context_code);
 }
 
+static void attribute_memo_clear(AttributeMemo *memo);
+
 void
 spanfields_clear(SpanFieldReader *reader)
 {
@@ -352,6 +354,10 @@ spanfields_clear(SpanFieldReader *reader)
     Py_CLEAR(reader->context_origin_name);
     Py_CLEAR(reader->origin_meta_key);
     Py_CLEAR(reader->ddtrace_context_type);
+    attribute_memo_clear(&reader->context_memo);
+    attribute_memo_clear(&reader->context_meta_memo);
+    attribute_memo_clear(&reader->context_origin_memo);
+    attribute_memo_clear(&reader->property_getter_memo);
     Py_CLEAR(reader->last_link_type);
     for (int i = 0; i < SF_LINK_FUNCTIONS; i++) {
         Py_CLEAR(reader->link_name[i]);
@@ -393,6 +399,12 @@ spanfields_traverse(SpanFieldReader *reader, visitproc visit, void *arg)
         Py_VISIT(reader->layouts[i].context_code);
     }
     Py_VISIT(reader->ddtrace_context_type);
+    const AttributeMemo *memos[] = {&reader->context_memo, &reader->context_meta_memo,
+                                    &reader->context_origin_memo, &reader->property_getter_memo};
+    for (size_t i = 0; i < sizeof memos / sizeof memos[0]; i++) {
+        Py_VISIT(memos[i]->type);
+        Py_VISIT(memos[i]->access.object);
+    }
     Py_VISIT(reader->last_link_type);
     for (int i = 0; i < SF_LINK_FUNCTIONS; i++) {
         Py_VISIT(reader->link_function[i]);
@@ -613,6 +625,48 @@ spanfields_attribute(PyObject *obj, PyObject *name, PyObject **value)
     FieldAccess access;
     Py_ssize_t offset;
     classify_attribute(type, name, &access, &offset);
+    int result = read_access(obj, type, &access, offset, name, value);
+    Py_XDECREF(access.object);
+    Py_DECREF(type);
+    return result;
+}
+
+static void
+attribute_memo_clear(AttributeMemo *memo)
+{
+    memo->version_tag = 0;
+    Py_CLEAR(memo->access.object);
+    Py_CLEAR(memo->type);
+}
+
+/* spanfields_attribute, with what the class gives for `name` kept in
+ * `memo` (always the same name) while its version tag holds.  The tag is
+ * taken before the class lookup: a class changed during it is classified
+ * again at the next read. */
+static int
+memo_attribute(AttributeMemo *memo, PyObject *obj, PyObject *name, PyObject **value)
+{
+    PyTypeObject *type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(obj));
+    unsigned int tag = sp_type_version_tag(type);
+    FieldAccess access;
+    Py_ssize_t offset;
+    if (type == memo->type && tag != 0 && tag == memo->version_tag) {
+        access = memo->access;
+        offset = memo->offset;
+        Py_XINCREF(access.object);
+    }
+    else {
+        classify_attribute(type, name, &access, &offset);
+        AttributeMemo old = *memo;
+        memo->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
+        memo->version_tag = tag;
+        memo->access = access;
+        memo->offset = offset;
+        Py_XINCREF(access.object);
+        attribute_memo_clear(&old); /* (last: its references may run code) */
+    }
+    /* (Read with references of its own: the read may run code that reads
+     * another class through this memo.) */
     int result = read_access(obj, type, &access, offset, name, value);
     Py_XDECREF(access.object);
     Py_DECREF(type);
@@ -2347,19 +2401,20 @@ read_ddtrace_context(SpanFieldReader *reader, PyObject *span, PyObject **context
         layout->context_offset > 0 ? *(PyObject **)((char *)span + layout->context_offset) : NULL;
     if (set != NULL && set != Py_None) {
         /* (Reading fget runs no Python code: a member of the property.) */
-        PyObject *getter = PyObject_GetAttr(layout->context_property, reader->property_getter_name);
-        if (getter == NULL) {
+        PyObject *getter;
+        if (memo_attribute(&reader->property_getter_memo, layout->context_property,
+                           reader->property_getter_name, &getter) < 0) {
             return -1;
         }
         int same =
             getter == layout->context_getter && PyFunction_GET_CODE(getter) == layout->context_code;
-        Py_DECREF(getter);
+        Py_XDECREF(getter);
         if (same) {
             *context = Py_NewRef(set);
             return 0;
         }
     }
-    return spanfields_attribute(span, reader->context_name, context);
+    return memo_attribute(&reader->context_memo, span, reader->context_name, context);
 }
 
 int
@@ -2380,11 +2435,13 @@ spanfields_read_origin(SpanFieldReader *reader, PyObject *span, PyObject **value
         return ddtrace_context < 0 ? -1 : spanfields_read_one(reader, span, SF_ORIGIN, value);
     }
     if (!reader->ddtrace_context_origin_in_meta) {
-        int result = spanfields_attribute(context, reader->context_origin_name, value);
+        int result = memo_attribute(&reader->context_origin_memo, context,
+                                    reader->context_origin_name, value);
         Py_DECREF(context);
         return result;
     }
-    int result = spanfields_attribute(context, reader->context_meta_name, &meta);
+    int result =
+        memo_attribute(&reader->context_meta_memo, context, reader->context_meta_name, &meta);
     Py_DECREF(context);
     if (result < 0) {
         return -1;

@@ -209,6 +209,17 @@ typedef struct {
     int strict_never_refuses;
 } SpanTypeLayout;
 
+/* What classify_attribute made of one attribute name on the last class
+ * asked (strong references), kept while that class's version tag holds: the
+ * attributes read once per trace (a span's context, the context's origin)
+ * are then classified once, not at every trace. */
+typedef struct {
+    PyTypeObject *type;
+    unsigned int version_tag;
+    FieldAccess access;
+    Py_ssize_t offset;
+} AttributeMemo;
+
 typedef struct {
     /* Attribute used for each field on objects: an interned str, or a tuple
      * of interned str for a dotted path such as "context.dd_origin". */
@@ -234,6 +245,13 @@ typedef struct {
     PyObject *origin_meta_key;
     PyTypeObject *ddtrace_context_type;
     int ddtrace_context_origin_in_meta;
+    /* How each of those is read on the class last seen: the span's
+     * `context` (where it is not the lazy property's slot), the context's
+     * `_meta` and `dd_origin`, and the lazy property's `fget`. */
+    AttributeMemo context_memo;
+    AttributeMemo context_meta_memo;
+    AttributeMemo context_origin_memo;
+    AttributeMemo property_getter_memo;
     /* ddtrace's pure-Python SpanLink (4.2 and 4.3: a dataclass whose
      * to_dict() the link rules of links_events.c reproduce from its
      * fields), found by module, name, dataclass fields and its own

@@ -265,6 +265,38 @@ def test_origin_read_from_context_meta_or_through_dd_origin(version):
     )
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_origin_follows_context_classes_changed_between_traces(version):
+    """The encoder keeps how each context class gives its origin from trace
+    to trace: a class changed since, or another class in between, is read
+    as it is now."""
+    encoder = spanpack.TraceMsgPackEncoder(version, fields="ddtrace")
+
+    def origin_written(context):
+        span = _span()
+        span.context = context
+        payload = msgpack.unpackb(encoder.encode_traces([[span]]), strict_map_key=False)
+        if version == "v0.5":
+            strings, traces = payload
+            meta = traces[0][0][9]
+            return {strings[k]: strings[v] for k, v in meta.items()}.get("_dd.origin")
+        return (payload[0][0].get("meta") or {}).get("_dd.origin")
+
+    class Moving:
+        __slots__ = ("dd_origin",)
+
+        def __init__(self, origin):
+            self.dd_origin = origin
+
+    assert origin_written(Moving("first")) == "first"
+    assert origin_written(_ContextWithoutMeta("other class")) == "other class"
+    assert origin_written(Moving("again")) == "again"
+    Moving.dd_origin = property(lambda self: "from the property")
+    assert origin_written(Moving.__new__(Moving)) == "from the property"
+    del Moving.dd_origin
+    assert origin_written(Moving.__new__(Moving)) is None
+
+
 def test_long_origin_v05_table_entries_match_ddtrace():
     """ddtrace's v0.5 table keys a long origin by the whole string (the entry
     is written truncated), so it does not share an index with another string
