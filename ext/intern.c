@@ -22,6 +22,13 @@ strcache_init(EncodedStrCache *cache)
     cache->slots = (StrCacheSlot *)((char *)cache->memory + (aligned - address));
     cache->tags = (StrCacheTags *)((char *)cache->slots + slots_size);
     cache->next_victim = (unsigned char *)cache->tags + tags_size;
+    cache->meta_entries = PyMem_Calloc(META_MEMO_ENTRIES, sizeof(MetaMemoEntry));
+    if (cache->meta_entries == NULL) {
+        PyMem_Free(cache->memory);
+        memset(cache, 0, sizeof *cache);
+        PyErr_NoMemory();
+        return -1;
+    }
     return 0;
 }
 
@@ -36,6 +43,10 @@ strcache_clear(EncodedStrCache *cache)
         Py_CLEAR(cache->slots[i].key);
     }
     cache->used = 0;
+    for (size_t i = 0; cache->meta_entries != NULL && i < META_MEMO_ENTRIES; i++) {
+        Py_CLEAR(cache->meta_entries[i].key);
+        Py_CLEAR(cache->meta_entries[i].value);
+    }
 }
 
 void
@@ -43,6 +54,8 @@ strcache_free(EncodedStrCache *cache)
 {
     strcache_clear(cache);
     PyMem_Free(cache->memory);
+    PyMem_Free(cache->meta_entries);
+    cache->meta_entries = NULL;
     cache->memory = NULL;
     cache->slots = NULL;
     cache->tags = NULL;

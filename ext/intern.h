@@ -32,6 +32,7 @@
 
 #include "compat.h" /* Python.h before any system header */
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -71,18 +72,86 @@ typedef struct {
 /* For a string the cache is not asked to remember. */
 #define STRCACHE_NO_SLOT ((size_t)-1)
 
+/* The meta entries of the span written last, by position in its meta dict:
+ * a span whose entry at a position holds the same key and value objects
+ * gets that entry's bytes copied whole (span_v04.c), instead of two cache
+ * probes and their checks.  Only exact str are remembered, held by strong
+ * references (so neither address can be reused by other text meanwhile),
+ * whose entry is short enough that no key is cut (whose check needs the
+ * map's other keys): the bytes are then a function of the two texts.
+ * Consecutive spans share such entries where their meta dicts are built
+ * the same way from shared values (a copied template: spanpack.otel's
+ * resource and scope tags, a tracer's per-process tags). */
+#define META_MEMO_ENTRIES 32
+#define META_MEMO_ENTRY_BYTES 110
+/* A position whose entries keep changing (a tag with per-span values held
+ * elsewhere too) stops being remembered after this many misses in a row,
+ * but for one remembered every 256 misses, in case the spans change. */
+#define META_MEMO_MISSES_REMEMBERED 4
+#define META_MEMO_IDLE_SPANS 16
+
+typedef struct {
+    char bytes[META_MEMO_ENTRY_BYTES];
+    uint8_t size;
+    uint8_t misses;  /* in a row, wrapping */
+    PyObject *key;   /* strong reference, or NULL */
+    PyObject *value; /* strong reference, or NULL */
+} MetaMemoEntry;     /* 128 bytes on 64-bit platforms */
+
+/* An entry is copied as this many bytes from its start whatever its size
+ * (the bytes past its size are overwritten by what is written next): one
+ * fixed copy, with no branch on the size. */
+#define META_MEMO_COPY (META_MEMO_ENTRY_BYTES + 2)
+_Static_assert(offsetof(MetaMemoEntry, key) >= META_MEMO_COPY,
+               "the fixed copy reads the bytes, the size and the miss count");
+
 typedef struct {
     StrCacheSlot *slots; /* NULL: cache disabled; aligned to STRCACHE_SLOT_ALIGN */
     StrCacheTags *tags;
     unsigned char *next_victim; /* per pair: which slot (0 or 1) a full pair evicts */
     void *memory;               /* the allocation the three arrays lie in */
     Py_ssize_t used;
-    /* Counters, exposed for tests and the on/off benchmark. */
+    MetaMemoEntry *meta_entries; /* META_MEMO_ENTRIES of them */
+    /* Spans in a row (wrapping) whose meta had no entry copied: past
+     * META_MEMO_IDLE_SPANS, the meta of only one span in 64 goes through
+     * the memo, so spans whose entries never repeat pay almost nothing. */
+    unsigned int meta_memo_idle;
+    /* Counters, exposed for tests and the on/off benchmark (a meta entry
+     * copied whole counts its key and value as hits, and is counted in
+     * meta_entries_copied too). */
     Py_ssize_t hits;
     Py_ssize_t misses;
+    Py_ssize_t meta_entries_copied;
 } EncodedStrCache;
 
 int strcache_init(EncodedStrCache *cache);
+
+/* Remember the entry (`key`, `value`) written as `size` bytes at `bytes` for
+ * its position (`entry`, which did not hold it), when it qualifies (see
+ * MetaMemoEntry): exact str, more references each than `uncached_refs` (one
+ * that only its span holds is that span's own, never seen again), and
+ * short, and the position has not missed too often in a row. */
+static inline void
+meta_memo_remember(MetaMemoEntry *entry, PyObject *key, PyObject *value, const char *bytes,
+                   Py_ssize_t size, Py_ssize_t uncached_refs)
+{
+    entry->misses++;
+    if (entry->misses > META_MEMO_MISSES_REMEMBERED && entry->misses != 0) {
+        return;
+    }
+    if (size > META_MEMO_ENTRY_BYTES || !PyUnicode_CheckExact(key) ||
+        !PyUnicode_CheckExact(value) || Py_REFCNT(key) <= uncached_refs ||
+        Py_REFCNT(value) <= uncached_refs) {
+        return;
+    }
+    PyObject *old_key = entry->key, *old_value = entry->value;
+    entry->key = Py_NewRef(key);
+    entry->value = Py_NewRef(value);
+    entry->size = (uint8_t)size;
+    copy_bytes(entry->bytes, bytes, size);
+    Py_XDECREF(old_key); /* exact str: no code runs */
+    Py_XDECREF(old_value);
+}
 void strcache_clear(EncodedStrCache *cache);
 void strcache_free(EncodedStrCache *cache);
 

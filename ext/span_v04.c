@@ -190,7 +190,7 @@ v04_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
     return v04_write_text_probing(w, value, field, key, allow_none, OFTEN_REPEATED);
 }
 
-static int
+static SP_ALWAYS_INLINE int
 v04_write_meta_entry(SpanWriter *w, PyObject *key, PyObject *value)
 {
     if (check_tag_key(w, "meta", key) < 0) {
@@ -237,6 +237,66 @@ v04_write_metric_entry_noted(SpanWriter *w, PyObject *key, PyObject *value)
     return default_note(w, w->default_metrics, "metrics", key);
 }
 
+/* The entries of a meta dict read in place: an entry whose position's memo
+ * (EncodedStrCache.meta_entries) holds the same key and value objects is
+ * copied from there; the others are written, and remembered when they
+ * qualify.  No Python code runs (text only), so the entries stay put. */
+static SP_NOINLINE int
+v04_write_meta_entries_memo(SpanWriter *w, const DictEntries *entries)
+{
+    MetaMemoEntry *memo = w->cache->meta_entries;
+    Py_ssize_t position = 0, copied = 0;
+    PyObject *const *entry = entries->keys;
+    for (Py_ssize_t i = 0; i < entries->count; i++, entry += entries->stride) {
+        PyObject *key = entry[0], *value = entry[1];
+        if (value == NULL) {
+            continue; /* deleted */
+        }
+        MetaMemoEntry *remembered = position < META_MEMO_ENTRIES ? &memo[position++] : NULL;
+        if (remembered != NULL && remembered->key == key && remembered->value == value) {
+            if (outbuf_reserve(w->out, META_MEMO_COPY) < 0) {
+                return -1;
+            }
+            memcpy(w->out->pos, remembered->bytes, META_MEMO_COPY);
+            w->out->pos += remembered->size;
+            remembered->misses = 0;
+            copied++;
+            continue;
+        }
+        Py_ssize_t start = outbuf_len(w->out);
+        if (v04_write_meta_entry(w, key, value) < 0) {
+            return -1;
+        }
+        if (remembered != NULL) {
+            meta_memo_remember(remembered, key, value, w->out->start + start,
+                               outbuf_len(w->out) - start, w->uncached_refs);
+        }
+    }
+    w->cache->hits += 2 * copied;
+    w->cache->meta_entries_copied += copied;
+    w->cache->meta_memo_idle = copied > 0 ? 0 : w->cache->meta_memo_idle + 1;
+    return 0;
+}
+
+/* A span's meta entries (no default tags): through the memo when the cache
+ * is on and the dict can be read in place, else as any tag map. */
+static inline int
+v04_write_meta_entries(SpanWriter *w, PyObject *meta, Py_ssize_t *written)
+{
+    DictEntries entries;
+    EncodedStrCache *cache = w->cache;
+    if (cache != NULL && !w->lenient && meta != NULL && meta != Py_None && meta != w->mixed_tags &&
+        PyDict_GET_SIZE(meta) > 0) {
+        if ((cache->meta_memo_idle < META_MEMO_IDLE_SPANS || cache->meta_memo_idle % 64 == 0) &&
+            pydict_entries(&w->state->fast_paths, meta, &entries)) {
+            *written = PyDict_GET_SIZE(meta);
+            return v04_write_meta_entries_memo(w, &entries);
+        }
+        cache->meta_memo_idle++;
+    }
+    return write_dict_entries(w, meta, "meta", v04_write_meta_entry, 0, written);
+}
+
 /* The meta entries with default tags: their count is known only once they
  * are written. */
 static SP_NOINLINE int
@@ -267,7 +327,7 @@ v04_write_meta(SpanWriter *w, PyObject *meta, const TraceInfo *info, int add_tra
         }
     }
     else if (map_begin(w, meta_size + extras, &header_pos) < 0 ||
-             write_dict_entries(w, meta, "meta", v04_write_meta_entry, 0, &written) < 0) {
+             v04_write_meta_entries(w, meta, &written) < 0) {
         return -1;
     }
     if (add_trace_id_high) {

@@ -1144,8 +1144,9 @@ trace_encoder_get_version(TraceEncoderObject *self, void *Py_UNUSED(closure))
 static PyObject *
 trace_encoder_intern_stats(TraceEncoderObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:n,s:n,s:n}", "hits", self->cache.hits, "misses", self->cache.misses,
-                         "entries", self->cache.used);
+    return Py_BuildValue("{s:n,s:n,s:n,s:n}", "hits", self->cache.hits, "misses",
+                         self->cache.misses, "entries", self->cache.used, "meta_entries_copied",
+                         self->cache.meta_entries_copied);
 }
 
 static PyMemberDef trace_encoder_members[] = {

@@ -927,7 +927,7 @@ def test_interning_on_and_off_give_identical_bytes(traces, repeat):
     for _ in range(2):
         assert with_cache.encode_traces(spans) == without.encode_traces(spans)
         assert_all_paths_equal(without.encode_traces(spans), spanpack_paths("v0.4", spans, intern=True))
-    assert without._intern_stats() == {"hits": 0, "misses": 0, "entries": 0}
+    assert without._intern_stats() == {"hits": 0, "misses": 0, "entries": 0, "meta_entries_copied": 0}
 
 
 def test_intern_stats_show_hits_for_repeated_strings():
@@ -946,6 +946,102 @@ def test_intern_stats_show_hits_for_repeated_strings():
     again = encoder.encode_traces([spans])
     assert again == payload
     assert encoder._intern_stats()["hits"] >= stats["hits"] + 3 * 10
+
+
+def _meta_template_spans(count, template, per_span):
+    """Spans whose meta is a copy of one template dict (the same key and
+    value objects at the same positions, as spanpack.otel's resource tags)
+    plus entries made by per_span(i)."""
+    spans = []
+    for i in range(count):
+        meta = dict(template)
+        meta.update(per_span(i))
+        spans.append(dict_span(span_id=i + 1, meta=meta))
+    return spans
+
+
+def test_v04_meta_entries_repeated_by_position_are_copied_whole():
+    """v0.4 copies a meta entry whose key and value are the objects the same
+    position held in the span written before: the bytes are those written
+    without the cache, whatever changes between spans (values replaced by
+    equal or different text, entries added, removed or reordered, text too
+    long to be remembered), and the copies show in the cache's hits."""
+    template = {"resource.%d" % i: "value-%d" % i for i in range(12)}
+    template["long.value"] = "x" * 200
+    reference = spanpack.TraceMsgPackEncoder("v0.4", intern=False)
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    kept = []
+
+    def per_span(i):
+        # Fresh objects every span, some equal in text to the ones before.
+        value = "statement %d" % (i % 3)
+        kept.append(value)
+        return {"span.kind": "client", "db.statement": value}
+
+    spans = _meta_template_spans(300, template, per_span)
+    spans[100]["meta"] = dict(reversed(list(spans[100]["meta"].items())))
+    del spans[101]["meta"]["resource.3"]
+    spans[102]["meta"]["resource.5"] = "value-5".upper().lower()  # equal text, another object
+    spans[103]["meta"] = {}
+    before = encoder._intern_stats()
+    for _ in range(2):
+        assert encoder.encode_traces([spans[:150], spans[150:]]) == reference.encode_traces(
+            [spans[:150], spans[150:]]
+        )
+    # 13 entries repeat in about every span: 12 of the template and span.kind
+    # (db.statement is another object each span; the long value is never
+    # remembered); each copy counts its key and value as hits too.
+    stats = encoder._intern_stats()
+    copied = stats["meta_entries_copied"] - before["meta_entries_copied"]
+    assert 2 * 13 * 290 <= copied <= 2 * 13 * 300
+    assert stats["hits"] - before["hits"] >= 2 * copied
+
+
+def test_v04_meta_memo_never_copies_text_freed_and_replaced():
+    """The remembered entries hold their strings: text made afresh for each
+    span (and dropped after it) is never taken for the text an earlier span
+    had at that position, even where it reuses its memory."""
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    reference = spanpack.TraceMsgPackEncoder("v0.4", intern=False)
+    for round_number in range(200):
+        key = "key-%d" % (round_number % 2)
+        value = "value-%d" % round_number
+        holder = [key, value]  # more than the span's reference: remembered
+        traces = [[dict_span(span_id=1, meta={key: value}), dict_span(span_id=2, meta={key: value})]]
+        assert encoder.encode_traces(traces) == reference.encode_traces(traces)
+        del traces, holder, key, value
+        gc.collect()
+
+
+def test_v04_meta_memo_resumes_after_spans_that_never_repeat():
+    """After many spans whose meta never repeats, spans whose meta does are
+    still copied (the memo tries again now and then)."""
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    kept = []
+
+    def unique(i):
+        key, value = "unique-key-%d" % i, "unique-value-%d" % i
+        kept.extend((key, value))
+        return {key: value}
+
+    encoder.encode_traces([_meta_template_spans(500, {}, unique)])
+    template = {"resource.%d" % i: "value-%d" % i for i in range(10)}
+    repeating = _meta_template_spans(500, template, lambda i: {})
+    before = encoder._intern_stats()["meta_entries_copied"]
+    payload = encoder.encode_traces([repeating])
+    assert payload == encode("v0.4", [repeating], intern=False)
+    assert encoder._intern_stats()["meta_entries_copied"] - before >= 10 * 400
+
+
+def test_v04_meta_memo_keeps_the_cut_key_check():
+    """Keys long enough to be cut are never copied from the memo: a map with
+    two keys cut to the same text is refused at every span."""
+    first, second = "k" * 25001, "k" * 25002
+    meta = {first: "a", second: "b"}
+    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    for _ in range(3):
+        with pytest.raises(ValueError, match="two keys are written as the same"):
+            encoder.encode_traces([[dict_span(span_id=1, meta=meta)]])
 
 
 def v04_cache_own_slot(text):
