@@ -112,9 +112,10 @@ typedef struct {
     void *memory;               /* the allocation the three arrays lie in */
     Py_ssize_t used;
     MetaMemoEntry *meta_entries; /* META_MEMO_ENTRIES of them */
-    /* Spans in a row (wrapping) whose meta had no entry copied: past
-     * META_MEMO_IDLE_SPANS, the meta of only one span in 64 goes through
-     * the memo, so spans whose entries never repeat pay almost nothing. */
+    /* Spans in a row (wrapping) whose meta had fewer than a quarter of its
+     * entries copied: past META_MEMO_IDLE_SPANS, the meta of only one span
+     * in 64 goes through the memo, so spans whose entries rarely repeat pay
+     * almost nothing for it. */
     unsigned int meta_memo_idle;
     /* Counters, exposed for tests and the on/off benchmark (a meta entry
      * copied whole counts its key and value as hits, and is counted in

@@ -274,7 +274,9 @@ v04_write_meta_entries_memo(SpanWriter *w, const DictEntries *entries)
     }
     w->cache->hits += 2 * copied;
     w->cache->meta_entries_copied += copied;
-    w->cache->meta_memo_idle = copied > 0 ? 0 : w->cache->meta_memo_idle + 1;
+    /* (Worth it when at least a quarter of the entries it looked at were
+     * copied: each miss costs a compare and the bookkeeping.) */
+    w->cache->meta_memo_idle = copied * 4 >= position ? 0 : w->cache->meta_memo_idle + 1;
     return 0;
 }
 

@@ -659,7 +659,14 @@ memo_attribute(AttributeMemo *memo, PyObject *obj, PyObject *name, PyObject **va
         classify_attribute(type, name, &access, &offset);
         AttributeMemo old = *memo;
         memo->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
-        memo->version_tag = tag;
+        /* Kept only when what was found cannot change without the class's
+         * tag changing: nothing, or an object of a static type (a slot,
+         * getset or property).  An object of a Python class (a descriptor
+         * of one's own, a plain value) depends on that class too, which can
+         * gain or lose __get__ and __set__: tag 0, never used. */
+        memo->version_tag =
+            access.object == NULL || !(Py_TYPE(access.object)->tp_flags & Py_TPFLAGS_HEAPTYPE) ? tag
+                                                                                               : 0;
         memo->access = access;
         memo->offset = offset;
         Py_XINCREF(access.object);

@@ -297,6 +297,57 @@ def test_origin_follows_context_classes_changed_between_traces(version):
     assert origin_written(Moving.__new__(Moving)) is None
 
 
+@pytest.mark.parametrize("fields", [None, "ddtrace"])
+def test_origin_follows_context_descriptor_classes_changed_between_traces(fields):
+    """A span class's `context` given by an object of a Python class (a
+    descriptor of one's own, a plain class value) is read again at each
+    trace: that class can gain or lose __get__ and __set__ without the span
+    class changing (found in review)."""
+    from ddtrace._trace.context import Context
+
+    first = Context(trace_id=1, span_id=2, dd_origin="first")
+    second = Context(trace_id=1, span_id=2, dd_origin="second")
+
+    class DataDescriptor:
+        def __get__(self, span, owner):
+            return first if span is not None else self
+
+        def __set__(self, span, value):
+            pass
+
+    class WithDescriptor(Span):
+        context = DataDescriptor()
+
+    def origin_written(encoder, span):
+        payload = msgpack.unpackb(encoder.encode_traces([[span]]), strict_map_key=False)
+        return (payload[0][0].get("meta") or {}).get("_dd.origin")
+
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", fields=fields)
+    span = WithDescriptor("n", service="s", resource="r", trace_id=1, span_id=2)
+    span.start_ns, span.duration_ns = 5, 7
+    assert origin_written(encoder, span) == "first"
+    del DataDescriptor.__set__  # a non-data descriptor: the instance __dict__ wins
+    span.__dict__["context"] = second
+    assert span.context is second
+    assert origin_written(encoder, span) == "second"
+
+    class WithClassValue(Span):
+        __slots__ = ()
+
+    WithClassValue.context = first  # a plain class value
+    slotted = Span.__new__(WithClassValue)  # (Span.__init__ would set the class value)
+    for name, value in dict(name="n", service="s", resource="r", trace_id=1, span_id=2, parent_id=None,
+                            start_ns=5, duration_ns=7, error=0, span_type=None, _meta={}, _metrics={}).items():
+        object.__setattr__(slotted, name, value)
+    assert origin_written(encoder, slotted) == "first"
+    Context.__get__ = lambda context, span, owner: second
+    try:
+        assert slotted.context is second
+        assert origin_written(encoder, slotted) == "second"
+    finally:
+        del Context.__get__
+
+
 def test_long_origin_v05_table_entries_match_ddtrace():
     """ddtrace's v0.5 table keys a long origin by the whole string (the entry
     is written truncated), so it does not share an index with another string
