@@ -334,7 +334,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     const char *version = "v0.4";
     PyObject *fields = Py_None, *max_size = NULL, *max_item_size = NULL, *max_payload_size = NULL;
     PyObject *default_meta = Py_None, *default_metrics = Py_None, *preamble = Py_None;
-    int lenient = 0, intern = 1, native_span_events = 0, strict = 0;
+    int lenient = 0, intern = 0, native_span_events = 0, strict = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|sO$OOOpppOOOp:TraceEncoder", keywords,
                                      &version, &fields, &max_size, &max_item_size,
                                      &max_payload_size, &lenient, &intern, &native_span_events,
@@ -1206,7 +1206,7 @@ static PyMethodDef trace_encoder_methods[] = {
 
 static PyType_Slot trace_encoder_slots[] = {
     {Py_tp_doc, "TraceEncoder(version='v0.4', fields=None, *, max_size=None, "
-                "max_item_size=None, max_payload_size=None, lenient=False, intern=True, "
+                "max_item_size=None, max_payload_size=None, lenient=False, intern=False, "
                 "native_span_events=False, default_meta=None, default_metrics=None, "
                 "strict=False)\n--\n\nC core "
                 "of spanpack.TraceMsgPackEncoder "

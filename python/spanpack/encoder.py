@@ -31,7 +31,7 @@ class TraceMsgPackEncoder(TraceEncoder):
     """Encode traces (lists of spans) into Datadog agent payloads.
 
     ``TraceMsgPackEncoder(version="v0.4", fields=None, *, max_size=20 MiB,
-    max_item_size=None, max_payload_size=None, lenient=False, intern=True,
+    max_item_size=None, max_payload_size=None, lenient=False, intern=False,
     native_span_events=False, default_meta=None, default_metrics=None,
     strict=False)``;
     ``version`` is ``"v0.4"``, ``"v0.5"`` or ``"v1.0"``.  v0.4 and v0.5 take
@@ -66,7 +66,7 @@ class TraceMsgPackEncoder(TraceEncoder):
         max_item_size: Optional[int] = None,
         max_payload_size: Optional[int] = None,
         lenient: bool = False,
-        intern: bool = True,
+        intern: bool = False,
         native_span_events: bool = False,
         default_meta: Optional[Mapping[str, str]] = None,
         default_metrics: Optional[Mapping[str, float]] = None,

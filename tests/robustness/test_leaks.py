@@ -220,7 +220,8 @@ ENCODER_ARGS = {
     "buffered": {"max_payload_size": 4096},
     "tiny": {"max_size": 3000, "max_item_size": 2000},
     "lenient": {"lenient": True},
-    "native": {"native_span_events": True, "intern": False},
+    "native": {"native_span_events": True},
+    "interned": {"intern": True},
 }
 ENCODERS = {
     version: {name: spanpack.TraceMsgPackEncoder(version, **kwargs)

@@ -121,8 +121,8 @@ needs_rlimit = pytest.mark.skipif(
 def test_put_that_runs_out_of_memory_keeps_the_buffered_traces():
     result = run_limited_child(
         """
-        encoder = spanpack.TraceMsgPackEncoder("v0.4", max_size=1 << 40)
-        reference = spanpack.TraceMsgPackEncoder("v0.4", max_size=1 << 40)
+        encoder = spanpack.TraceMsgPackEncoder("v0.4", max_size=1 << 40, intern=True)
+        reference = spanpack.TraceMsgPackEncoder("v0.4", max_size=1 << 40, intern=True)
         for target in (encoder, reference):
             target.put([span(1, 1)])
             target.put([span(2, 1)])
@@ -208,7 +208,7 @@ TRACES = make_traces()
 LARGE_TRACE = TRACES[2] + TRACES[3]
 
 def encoders(version, split):
-    options = {"max_size": 1 << 30}
+    options = {"max_size": 1 << 30, "intern": True}  # (v0.4: the string cache's paths too)
     if split:
         # The two buffered traces share a payload; put(LARGE_TRACE) seals it.
         large = len(spanpack.TraceMsgPackEncoder(version).encode_traces([LARGE_TRACE]))

@@ -81,7 +81,7 @@ REINIT_CASES = {
             print("refused")
     """,
     "encode_trace_intern_off": """
-        enc = spanpack.TraceMsgPackEncoder("v0.4")
+        enc = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
 
         class Reinit(Span):
             @property
@@ -337,7 +337,7 @@ BORROW_CHILD = """
         return span
 
     version, trigger = VERSION, TRIGGER
-    encoder = spanpack.TraceMsgPackEncoder(version)
+    encoder = spanpack.TraceMsgPackEncoder(version, intern=True)
     expected = fresh("original")
     for attempt in range(3):  # the v0.4 string cache admits strings on their 2nd sighting
         payload = encoder.encode_traces([[make_span(trigger)]])

@@ -996,7 +996,7 @@ def test_failed_puts_do_not_leak(version):
 
 def test_string_cache_is_bounded():
     """The v0.4 cache keeps at most 4,096 strings, however many it sees."""
-    e = enc("v0.4")
+    e = enc("v0.4", intern=True)
     for round_ in range(3):
         trace = [make_span(1, i + 1, service="svc-%d-%d" % (round_, i)) for i in range(6000)]
         e.encode_traces([trace, trace])  # each string twice: admitted

@@ -933,7 +933,7 @@ def test_interning_on_and_off_give_identical_bytes(traces, repeat):
 def test_intern_stats_show_hits_for_repeated_strings():
     service, key, value = "shared-service", "shared.key", "shared-value"
     spans = [dict_span(span_id=i + 1, service=service, meta={key: value}) for i in range(10)]
-    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
     before = encoder._intern_stats()
     payload = encoder.encode_traces([spans])
     stats = encoder._intern_stats()
@@ -969,7 +969,7 @@ def test_v04_meta_entries_repeated_by_position_are_copied_whole():
     template = {"resource.%d" % i: "value-%d" % i for i in range(12)}
     template["long.value"] = "x" * 200
     reference = spanpack.TraceMsgPackEncoder("v0.4", intern=False)
-    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
     kept = []
 
     def per_span(i):
@@ -1001,7 +1001,7 @@ def test_v04_meta_memo_never_copies_text_freed_and_replaced():
     """The remembered entries hold their strings: text made afresh for each
     span (and dropped after it) is never taken for the text an earlier span
     had at that position, even where it reuses its memory."""
-    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
     reference = spanpack.TraceMsgPackEncoder("v0.4", intern=False)
     for round_number in range(200):
         key = "key-%d" % (round_number % 2)
@@ -1016,7 +1016,7 @@ def test_v04_meta_memo_never_copies_text_freed_and_replaced():
 def test_v04_meta_memo_resumes_after_spans_that_never_repeat():
     """After many spans whose meta never repeats, spans whose meta does are
     still copied (the memo tries again now and then)."""
-    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
     kept = []
 
     def unique(i):
@@ -1038,7 +1038,7 @@ def test_v04_meta_memo_keeps_the_cut_key_check():
     two keys cut to the same text is refused at every span."""
     first, second = "k" * 25001, "k" * 25002
     meta = {first: "a", second: "b"}
-    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
     for _ in range(3):
         with pytest.raises(ValueError, match="two keys are written as the same"):
             encoder.encode_traces([[dict_span(span_id=1, meta=meta)]])
@@ -1064,7 +1064,7 @@ def test_three_strings_taking_turns_at_one_slot_are_each_cached():
 
     def warm_round(names):
         trace = [dict_span(span_id=i + 1, name=names[i % len(names)]) for i in range(300)]
-        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+        encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
         for _ in range(3):
             encoder.encode_traces([trace])
         before = encoder._intern_stats()
@@ -1108,7 +1108,7 @@ def test_repeated_strings_stay_cached_wherever_their_addresses_land():
     groups = same_slot + partners
     assert len(groups) == 40
     trace = [dict_span(span_id=i + 1, name=name) for i, name in enumerate(n for g in groups for n in g)]
-    encoder = spanpack.TraceMsgPackEncoder("v0.4")
+    encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
     for _ in range(3):
         encoder.encode_traces([trace])
     before = encoder._intern_stats()
@@ -1127,7 +1127,7 @@ def test_strings_only_their_span_holds_do_not_enter_the_cache():
 
     def counters(make_meta, rounds=3):
         spans = [dict_span(span_id=i + 1, meta=make_meta(i)) for i in range(200)]
-        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+        encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
         payloads = {encoder.encode_traces([spans]) for _ in range(rounds)}
         assert payloads == {encode("v0.4", [spans], intern=False)}
         return encoder._intern_stats()
@@ -1179,7 +1179,7 @@ def test_strings_only_a_dict_made_for_the_read_and_its_span_hold_skip_the_cache(
 
     def counters(make_tags, rounds=3):
         spans = [_TagsBuiltPerRead(i + 1, *make_tags(i)) for i in range(200)]
-        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+        encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
         payloads = {encoder.encode_traces([spans]) for _ in range(rounds)}
         assert payloads == {encode("v0.4", [spans], intern=False)}
         return encoder._intern_stats()
@@ -1233,7 +1233,7 @@ def test_a_string_is_cached_only_when_it_comes_back_soon():
     filler = "f" * 100
 
     def hits_on_third_sighting(misses_between):
-        encoder = spanpack.TraceMsgPackEncoder("v0.4")
+        encoder = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
         target_trace = [dict_span(name=target)]
         filler_trace = [dict_span(span_id=i + 1, name=filler) for i in range(misses_between)]
         encoder.encode_traces([target_trace])
@@ -1257,7 +1257,7 @@ def test_interning_many_distinct_strings_and_long_strings():
                   meta={many[(i * 7) % 10000]: many[(i * 13) % 10000], "copy": "".join(["co", "py"])})
         for i in range(10000)
     ]
-    cached = spanpack.TraceMsgPackEncoder("v0.4")
+    cached = spanpack.TraceMsgPackEncoder("v0.4", intern=True)
     plain = spanpack.TraceMsgPackEncoder("v0.4", intern=False)
     for _ in range(2):
         assert cached.encode_traces([spans[:5000], spans[5000:]]) == plain.encode_traces([spans[:5000], spans[5000:]])
