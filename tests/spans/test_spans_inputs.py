@@ -948,6 +948,11 @@ def test_intern_stats_show_hits_for_repeated_strings():
     assert encoder._intern_stats()["hits"] >= stats["hits"] + 3 * 10
 
 
+# The meta memo reads a meta dict's entries in place, which spanpack does
+# only where it has proven that reader at import (CPython 3.11 and later).
+META_MEMO_ON = "dict" in spanpack._spanpack._fast_paths
+
+
 def _meta_template_spans(count, template, per_span):
     """Spans whose meta is a copy of one template dict (the same key and
     value objects at the same positions, as spanpack.otel's resource tags)
@@ -993,6 +998,9 @@ def test_v04_meta_entries_repeated_by_position_are_copied_whole():
     # remembered); each copy counts its key and value as hits too.
     stats = encoder._intern_stats()
     copied = stats["meta_entries_copied"] - before["meta_entries_copied"]
+    if not META_MEMO_ON:
+        assert copied == 0
+        return
     assert 2 * 13 * 290 <= copied <= 2 * 13 * 300
     assert stats["hits"] - before["hits"] >= 2 * copied
 
@@ -1030,7 +1038,8 @@ def test_v04_meta_memo_resumes_after_spans_that_never_repeat():
     before = encoder._intern_stats()["meta_entries_copied"]
     payload = encoder.encode_traces([repeating])
     assert payload == encode("v0.4", [repeating], intern=False)
-    assert encoder._intern_stats()["meta_entries_copied"] - before >= 10 * 400
+    copied = encoder._intern_stats()["meta_entries_copied"] - before
+    assert copied >= 10 * 400 if META_MEMO_ON else copied == 0
 
 
 def test_v04_meta_memo_keeps_the_cut_key_check():
