@@ -102,8 +102,9 @@ typedef struct {
  * (the bytes past its size are overwritten by what is written next): one
  * fixed copy, with no branch on the size. */
 #define META_MEMO_COPY (META_MEMO_ENTRY_BYTES + 2)
-_Static_assert(offsetof(MetaMemoEntry, key) >= META_MEMO_COPY,
-               "the fixed copy reads the bytes, the size and the miss count");
+_Static_assert(offsetof(MetaMemoEntry, bytes) == 0 &&
+                   offsetof(MetaMemoEntry, key) >= META_MEMO_COPY,
+               "the fixed copy reads the entry's start: the bytes, the size and the miss count");
 
 typedef struct {
     StrCacheSlot *slots; /* NULL: cache disabled; aligned to STRCACHE_SLOT_ALIGN */

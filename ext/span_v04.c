@@ -257,7 +257,7 @@ v04_write_meta_entries_memo(SpanWriter *w, const DictEntries *entries)
             if (outbuf_reserve(w->out, META_MEMO_COPY) < 0) {
                 return -1;
             }
-            memcpy(w->out->pos, remembered->bytes, META_MEMO_COPY);
+            memcpy(w->out->pos, (const void *)remembered, META_MEMO_COPY);
             w->out->pos += remembered->size;
             remembered->misses = 0;
             copied++;
