@@ -702,69 +702,67 @@ void holes_free(HoleList *holes);
  * put() encodes a trace against its own table (Python code may run
  * meanwhile, which may change the payload) and joins it afterwards.  Most
  * of the time nothing touches the payload in between, so each string's
- * payload index is known while the trace is encoded: the index it already
- * has, or for a string new to the payload the next free one, in the order
- * the trace's table meets them.  Those forecast indexes are written into the
- * body (no holes are recorded): if the payload is the same one, with the
- * same number of strings, when the trace is joined, the join only adds the
- * new strings and copies the body whole; otherwise it walks the body and
- * rewrites each string reference (each forecast index stands for one
- * string of the trace's table). */
-/* A forecast index as a msgpack uint, written by one copy of the whole 8
- * bytes (and a move of `size`). */
-typedef struct {
-    char encoded[6]; /* at most 5 bytes for a uint32_t */
-    uint8_t is_new;  /* not in the payload: forecast as the next free index */
-    uint8_t size;
-} ForecastEntry;
+ * payload index is known while the trace is encoded: a string the payload
+ * has is written as its index there (and never enters the trace's table);
+ * a string new to it goes into the trace's table, written as the index it
+ * will get when the trace's new strings are added in order (`base` for the
+ * first).  If the payload is the same one, with the same number of strings,
+ * when the trace is joined, the join only adds the new strings and copies
+ * the body whole; otherwise it walks the body and rewrites each string
+ * reference: below `base` an entry of the payload the forecast was made for
+ * (kept by ForecastTables when that payload was finished meanwhile), from
+ * `base` on an entry of the trace's own table. */
+struct ForecastTables;
+
+/* Every v0.5 table starts with "" (0) and "_dd.origin" (1), a trace's own
+ * as well as a payload's. */
+#define V05_FIXED_ENTRIES 2
 
 typedef struct {
-    /* The payload's table, only read while the trace is encoded; NULL: no
-     * forecast. */
-    const StringTable *payload;
-    /* The id of the payload now at that place (sealing one starts the next
-     * there), and the one forecast for (PayloadBuilder.id). */
+    /* The payload's table, read while the trace is encoded (and its object
+     * slots written: under the GIL only); NULL: no forecast. */
+    StringTable *payload;
+    /* The id of the payload now at that place (finishing one starts the
+     * next there), and the one forecast for (PayloadBuilder.id). */
     const uint64_t *current_id;
     uint64_t payload_id;
-    uint32_t base;          /* the payload table's count when the trace started */
-    uint32_t next;          /* the index the next string new to the payload gets */
-    ForecastEntry *entries; /* by index in the trace's own table (from 2 on) */
-    uint32_t capacity;
+    uint32_t base; /* the payload table's count when the trace started */
+    /* The trace's origin as written (0: none): it enters a payload's table
+     * before any span's strings. */
+    uint32_t origin_ref;
+    /* Where the table of the payload forecast for is kept once it is
+     * finished before the trace is joined. */
+    const struct ForecastTables *tables;
 } IndexForecast;
 
-int forecast_grow(IndexForecast *forecast, const StringTable *local, uint32_t local_index);
-/* The index an entry holds. */
-uint32_t forecast_index(const ForecastEntry *entry);
-void forecast_free(IndexForecast *forecast);
-
-/* Forecast the payload index of entry `local_index`, just added to the
- * trace's own table `local`. */
-static inline int
-forecast_add(IndexForecast *forecast, const StringTable *local, uint32_t local_index)
+/* The payload's table while it is as the forecast found it (same payload,
+ * same count: entries are only added, or removed again in the same step
+ * that no Python code interrupts), else NULL: from then on every string
+ * goes into the trace's table. */
+static SP_ALWAYS_INLINE StringTable *
+forecast_payload_table(const IndexForecast *forecast)
 {
-    if (SP_UNLIKELY(local_index >= forecast->capacity) &&
-        forecast_grow(forecast, local, local_index) < 0) {
+    return *forecast->current_id == forecast->payload_id &&
+                   forecast->payload->count == forecast->base
+               ? forecast->payload
+               : NULL;
+}
+
+/* The index written for entry `local_index` of the trace's own table: the
+ * two fixed entries as they are, the others after the payload's `base`. */
+static SP_ALWAYS_INLINE int
+forecast_local_index(const IndexForecast *forecast, uint32_t local_index, uint32_t *index)
+{
+    if (local_index < V05_FIXED_ENTRIES) {
+        *index = local_index;
+        return 0;
+    }
+    uint64_t forecast_index = (uint64_t)forecast->base + (local_index - V05_FIXED_ENTRIES);
+    if (SP_UNLIKELY(forecast_index >= UINT32_MAX - 1)) {
+        PyErr_SetString(PyExc_ValueError, "string table is full");
         return -1;
     }
-    ForecastEntry *entry = &forecast->entries[local_index];
-    uint32_t index;
-    /* Once the payload has changed (span code ran Python code), a string
-     * found there could have an index already forecast for another: from
-     * then on each string is forecast as new, so that the indexes written
-     * still tell the strings apart when the join rewrites them. */
-    entry->is_new = forecast->payload->count != forecast->base ||
-                    *forecast->current_id != forecast->payload_id ||
-                    !strtable_find(forecast->payload, local->strings[local_index],
-                                   local->hashes[local_index], &index);
-    if (entry->is_new) {
-        /* A wrong guess (the payload changed, or an entry was rolled back)
-         * is caught when the trace is joined. */
-        index = forecast->next++;
-    }
-    memset(entry->encoded, 0, sizeof entry->encoded);
-    OutBuf out = {entry->encoded, entry->encoded, entry->encoded + sizeof entry->encoded, NULL};
-    mp_put_uint(&out, index);
-    entry->size = (uint8_t)outbuf_len(&out);
+    *index = (uint32_t)forecast_index;
     return 0;
 }
 

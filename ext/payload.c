@@ -4,10 +4,8 @@
 #include "mpwrite.h"
 #include "wire.h"
 
-/* The first two entries of every v0.5 string table, as in the reference
- * tracer: "" (also what None maps to) and the origin key. */
-#define V05_FIXED_ENTRIES 2
-
+/* The first two entries of every v0.5 string table (V05_FIXED_ENTRIES), as
+ * in the reference tracer: "" (also what None maps to) and the origin key. */
 static int
 seed_table(StringTable *table, SpanpackState *state, strtable_encode_fn encode)
 {
@@ -82,18 +80,100 @@ part_reset(EncodedPart *part)
          * seed's encoded entries: a part's table never reads them. */
         outbuf_truncate(&part->strings.encoded, 0);
     }
-    part->forecast.payload = NULL;
-    part->forecast.payload_id = 0;
 }
 
 void
-part_forecast_for(EncodedPart *part, const PayloadBuilder *payload)
+forecast_begin(ForecastTables *tables, EncodedPart *part, PayloadBuilder *payload)
 {
+    if (tables->capacity <= tables->in_flight) {
+        uint32_t capacity = tables->in_flight + 4;
+        RetiredTable *retired =
+            PyMem_Realloc(tables->retired, (size_t)capacity * sizeof(RetiredTable));
+        if (retired == NULL) {
+            return; /* holes instead */
+        }
+        tables->retired = retired;
+        tables->capacity = capacity;
+    }
+    tables->in_flight++;
+    tables->current_users++;
     IndexForecast *forecast = &part->forecast;
     forecast->payload = &payload->table;
     forecast->current_id = &payload->id;
     forecast->payload_id = payload->id;
-    forecast->base = forecast->next = payload->table.count;
+    forecast->base = payload->table.count;
+    forecast->origin_ref = 0;
+    forecast->tables = tables;
+}
+
+void
+forecast_end(ForecastTables *tables, EncodedPart *part, const PayloadBuilder *current)
+{
+    IndexForecast *forecast = &part->forecast;
+    if (forecast->payload == NULL) {
+        return;
+    }
+    forecast->payload = NULL;
+    tables->in_flight--;
+    if (forecast->payload_id == current->id) {
+        tables->current_users--;
+        return;
+    }
+    for (uint32_t i = 0; i < tables->retired_count; i++) {
+        RetiredTable *kept = &tables->retired[i];
+        if (kept->payload_id == forecast->payload_id) {
+            if (--kept->users == 0) {
+                /* A str's dealloc runs no Python code. */
+                strtable_free(&kept->table);
+                *kept = tables->retired[--tables->retired_count];
+            }
+            return;
+        }
+    }
+}
+
+void
+forecast_retire(ForecastTables *tables, PayloadBuilder *payload)
+{
+    if (tables->current_users == 0 || payload->table.strings == NULL) {
+        return;
+    }
+    /* Each kept table has a put() of its own still encoding, and so does
+     * the current payload: there is room (forecast_begin). */
+    RetiredTable *kept = &tables->retired[tables->retired_count++];
+    kept->payload_id = payload->id;
+    kept->users = tables->current_users;
+    kept->table = payload->table;
+    memset(&payload->table, 0, sizeof payload->table);
+    tables->current_users = 0;
+}
+
+void
+forecast_tables_free(ForecastTables *tables)
+{
+    for (uint32_t i = 0; i < tables->retired_count; i++) {
+        strtable_free(&tables->retired[i].table);
+    }
+    PyMem_Free(tables->retired);
+    memset(tables, 0, sizeof *tables);
+}
+
+/* The table of the payload a forecast was made for: the current payload's
+ * while it is that one, else the kept one (NULL if, against every rule
+ * above, there is none). */
+static const StringTable *
+forecast_original_table(const IndexForecast *forecast)
+{
+    if (*forecast->current_id == forecast->payload_id) {
+        return forecast->payload;
+    }
+    const ForecastTables *tables = forecast->tables;
+    for (uint32_t i = 0; i < tables->retired_count; i++) {
+        if (tables->retired[i].payload_id == forecast->payload_id) {
+            return &tables->retired[i].table;
+        }
+    }
+    return NULL;
 }
 
 void
@@ -106,7 +186,6 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
     int big_table = part->strings.strings != NULL &&
                     part->strings.capacity > (uint64_t)keep / STRTABLE_MAX_ENTRY_BYTES;
     int big_holes = part->holes.capacity > keep / (Py_ssize_t)sizeof(StringHole);
-    int big_forecast = part->forecast.capacity > keep / sizeof(ForecastEntry);
     /* append_adopting encodes a trace's entries into its table, and gives
      * the part a payload's table, with that payload's encoded capacity. */
     int big_encoded =
@@ -115,8 +194,7 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
      * in the payload are still the table's, and an idle encoder must not
      * keep them alive (up to keep/26 of them). */
     part_reset(part);
-    if (outbuf_capacity(&part->body) <= keep && !big_table && !big_holes && !big_forecast &&
-        !big_encoded) {
+    if (outbuf_capacity(&part->body) <= keep && !big_table && !big_holes && !big_encoded) {
         return;
     }
     outbuf_shrink_capacity(&part->body, keep);
@@ -125,9 +203,6 @@ part_shrink(EncodedPart *part, SpanpackState *state, Py_ssize_t keep)
     }
     if (big_holes) {
         holes_free(&part->holes);
-    }
-    if (big_forecast) {
-        forecast_free(&part->forecast);
     }
     if (big_table) {
         /* A fresh seeded table; if even that cannot be had, keep the old. */
@@ -158,7 +233,6 @@ part_free(EncodedPart *part)
         strtable_free(&part->strings);
     }
     holes_free(&part->holes);
-    forecast_free(&part->forecast);
 }
 
 /* Tables up to this many entries are kept for the next payload (a bigger
@@ -313,40 +387,27 @@ payload_rollback(PayloadBuilder *payload, PayloadMark mark)
 }
 
 /* v0.5, a trace whose forecast was made for this payload as it still is
- * (same payload, same table size: its strings have not changed, as entries
- * are only added, or removed again in the same step that no Python code
- * interrupts).  Adds the trace's strings new to the payload, in order: they
- * get base, base + 1, ..., and were forecast increasing indexes from base
- * in that order, so if there are as many as indexes were handed out, each
- * got its forecast and the body is final as written.  1 then, 0 when not
- * (an entry was rolled back after its forecast; the strings added stay, as
- * a join adds them too), -1 on error. */
+ * (same payload, same table size: see forecast_payload_table).  Every
+ * string of the trace's own table was new to the payload, and was written
+ * as the index it gets when they are added in order from `base`: the body
+ * is final as written. */
 static int
 append_forecast(PayloadBuilder *payload, EncodedPart *part)
 {
     StringTable *local = &part->strings;
-    const IndexForecast *forecast = &part->forecast;
-    uint32_t added = 0;
     for (uint32_t i = V05_FIXED_ENTRIES; i < local->count; i++) {
-        if (!forecast->entries[i].is_new) {
-            continue;
-        }
         uint32_t index;
         if (strtable_add_from(&payload->table, local, i, payload_encode_table_entry, NULL, &index) <
             0) {
             return -1;
         }
-        added++;
-    }
-    if (added != forecast->next - forecast->base) {
-        return 0;
     }
     return outbuf_write(&payload->body, part->body.start, outbuf_len(&part->body)) < 0 ? -1 : 1;
 }
 
 /* v0.5, the first trace of a payload that holds only its seed, forecast for
  * it: every string of the trace's table beyond the seed was new to the
- * payload and forecast as its own index in that table, so the table (its
+ * payload and written as its own index in that table, so the table (its
  * entries encoded behind the payload's seed) becomes the payload's, and the
  * trace's body the payload's body; the payload's empty table and body go to
  * the part, which part_reset empties before its next trace.  Swapping saves
@@ -358,20 +419,13 @@ static int
 append_adopting(PayloadBuilder *payload, EncodedPart *part)
 {
     StringTable *local = &part->strings;
-    const IndexForecast *forecast = &part->forecast;
     if (payload->trace_count != 0 || payload->seed.count != V05_FIXED_ENTRIES ||
         payload->table.count != V05_FIXED_ENTRIES ||
         outbuf_len(&payload->table.encoded) != payload->seed.encoded_len ||
         payload->header_room != 0 || payload->body.bytes != NULL ||
         outbuf_len(&payload->body) != 0 || part->body.bytes != NULL ||
-        forecast->base != V05_FIXED_ENTRIES ||
-        forecast->next - forecast->base != local->count - V05_FIXED_ENTRIES) {
+        part->forecast.base != V05_FIXED_ENTRIES) {
         return 0;
-    }
-    for (uint32_t i = V05_FIXED_ENTRIES; i < local->count; i++) {
-        if (!forecast->entries[i].is_new) {
-            return 0;
-        }
     }
     OutBuf *encoded = &local->encoded;
     outbuf_truncate(encoded, 0);
@@ -509,27 +563,71 @@ body_copy(OutBuf *out, const unsigned char *from, const BodyReader *r)
     return outbuf_write(out, from, r->pos - from);
 }
 
-/* Read a string reference and write its payload index: 0 and 1 as they
- * are, any other the index of the string it was forecast for. */
+/* How a forecast trace's string references become the indexes of the
+ * payload it joins: below `base` an entry of the payload the forecast was
+ * made for (`original`), from `base` on an entry of the trace's own table
+ * (`local`), whose index in the payload joined `index_map` keeps once
+ * found (UINT32_MAX before).  Each string is found or added as the body
+ * first refers to it, so the payload's table takes them in the order a
+ * one-shot encode does. */
+typedef struct {
+    StringTable *payload;
+    const StringTable *original;
+    uint32_t base;
+    const StringTable *local;
+    uint32_t *index_map;
+} RefRewrite;
+
+/* The payload index of forecast index `ref`; -1 without an exception when
+ * it stands for no string, -1 with one when adding the string failed. */
 static int
-body_rewrite_ref(BodyReader *r, OutBuf *out, const uint32_t *local_of, uint32_t forecast_count,
-                 const uint32_t *index_map)
+ref_payload_index(RefRewrite *rw, int64_t ref, uint32_t *index)
 {
-    int64_t ref = body_read_ref(r);
-    if (ref < 0 ||
-        (ref > V05_FIXED_ENTRIES - 1 && (ref >= forecast_count || local_of[ref] == UINT32_MAX))) {
+    if (ref < 0) {
         return -1;
     }
-    return mp_write_uint(out, ref < V05_FIXED_ENTRIES ? (uint32_t)ref : index_map[local_of[ref]]);
+    if (ref < V05_FIXED_ENTRIES) {
+        *index = (uint32_t)ref;
+        return 0;
+    }
+    if (ref < rw->base) {
+        if (rw->original == NULL || ref >= rw->original->count) {
+            return -1;
+        }
+        return strtable_index_from(rw->payload, rw->original, (uint32_t)ref,
+                                   payload_encode_table_entry, NULL, index);
+    }
+    if (ref - rw->base >= rw->local->count - V05_FIXED_ENTRIES) {
+        return -1;
+    }
+    uint32_t local_index = (uint32_t)(ref - rw->base) + V05_FIXED_ENTRIES;
+    if (rw->index_map[local_index] == UINT32_MAX &&
+        strtable_index_from(rw->payload, rw->local, local_index, payload_encode_table_entry, NULL,
+                            &rw->index_map[local_index]) < 0) {
+        return -1;
+    }
+    *index = rw->index_map[local_index];
+    return 0;
+}
+
+/* Read a string reference and write its payload index: 0 and 1 as they
+ * are, any other the index of the string it stands for. */
+static int
+body_rewrite_ref(BodyReader *r, OutBuf *out, RefRewrite *rw)
+{
+    uint32_t index;
+    if (ref_payload_index(rw, body_read_ref(r), &index) < 0) {
+        return -1;
+    }
+    return mp_write_uint(out, index);
 }
 
 /* Read `count` string references, writing their payload indexes. */
 static int
-body_rewrite_refs(BodyReader *r, int64_t count, OutBuf *out, const uint32_t *local_of,
-                  uint32_t forecast_count, const uint32_t *index_map)
+body_rewrite_refs(BodyReader *r, int64_t count, OutBuf *out, RefRewrite *rw)
 {
     for (int64_t i = 0; i < count; i++) {
-        if (body_rewrite_ref(r, out, local_of, forecast_count, index_map) < 0) {
+        if (body_rewrite_ref(r, out, rw) < 0) {
             return -1;
         }
     }
@@ -539,8 +637,7 @@ body_rewrite_refs(BodyReader *r, int64_t count, OutBuf *out, const uint32_t *loc
 /* Copy the encoded trace's body to `out`, each string reference rewritten.
  * -1 (no exception set) if the body is not as the v0.5 writer writes it. */
 static int
-body_rewrite(const EncodedPart *part, OutBuf *out, const uint32_t *local_of,
-             uint32_t forecast_count, const uint32_t *index_map)
+body_rewrite(const EncodedPart *part, OutBuf *out, RefRewrite *rw)
 {
     BodyReader r = {(const unsigned char *)part->body.start, (const unsigned char *)part->body.pos};
     const unsigned char *from = r.pos;
@@ -555,7 +652,7 @@ body_rewrite(const EncodedPart *part, OutBuf *out, const uint32_t *local_of,
         if (body_read_count(&r, MP_FIXARRAY, MP_ARRAY16) != 12 || body_copy(out, from, &r) < 0) {
             return -1;
         }
-        if (body_rewrite_refs(&r, 3, out, local_of, forecast_count, index_map) < 0) {
+        if (body_rewrite_refs(&r, 3, out, rw) < 0) {
             return -1;
         }
         from = r.pos;
@@ -574,7 +671,7 @@ body_rewrite(const EncodedPart *part, OutBuf *out, const uint32_t *local_of,
         if (meta < 0 || body_copy(out, from, &r) < 0) {
             return -1;
         }
-        if (body_rewrite_refs(&r, 2 * meta, out, local_of, forecast_count, index_map) < 0) {
+        if (body_rewrite_refs(&r, 2 * meta, out, rw) < 0) {
             return -1;
         }
         from = r.pos;
@@ -583,7 +680,7 @@ body_rewrite(const EncodedPart *part, OutBuf *out, const uint32_t *local_of,
             return -1;
         }
         for (int64_t e = 0; e < metrics; e++) {
-            if (body_rewrite_ref(&r, out, local_of, forecast_count, index_map) < 0) {
+            if (body_rewrite_ref(&r, out, rw) < 0) {
                 return -1;
             }
             from = r.pos;
@@ -593,7 +690,7 @@ body_rewrite(const EncodedPart *part, OutBuf *out, const uint32_t *local_of,
                 return -1;
             }
         }
-        if (body_rewrite_ref(&r, out, local_of, forecast_count, index_map) < 0) {
+        if (body_rewrite_ref(&r, out, rw) < 0) {
             return -1;
         }
     }
@@ -607,29 +704,20 @@ static int
 append_rewriting(PayloadBuilder *payload, const EncodedPart *part)
 {
     const StringTable *local = &part->strings;
-    const IndexForecast *forecast = &part->forecast;
     uint32_t *index_map = PyMem_Malloc((size_t)local->count * sizeof(uint32_t));
-    /* Which entry of the trace's table each forecast index stands for. */
-    uint32_t *local_of = PyMem_Malloc(((size_t)forecast->next + 1) * sizeof(uint32_t));
-    int result = -1;
-    if (index_map == NULL || local_of == NULL) {
+    if (index_map == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
-    memset(local_of, 0xff, ((size_t)forecast->next + 1) * sizeof(uint32_t));
-    for (uint32_t i = 0; i < local->count; i++) {
-        if (strtable_index_from(&payload->table, local, i, payload_encode_table_entry, NULL,
-                                &index_map[i]) < 0) {
-            goto done;
-        }
-        if (i >= V05_FIXED_ENTRIES) {
-            uint32_t forecast_value = forecast_index(&forecast->entries[i]);
-            if (forecast_value < forecast->next) {
-                local_of[forecast_value] = i;
-            }
-        }
-    }
-    if (body_rewrite(part, &payload->body, local_of, forecast->next, index_map) < 0) {
+    memset(index_map, 0xff, (size_t)local->count * sizeof(uint32_t));
+    int result = -1;
+    RefRewrite rw = {&payload->table, forecast_original_table(&part->forecast), part->forecast.base,
+                     local, index_map};
+    /* The origin entered the table before any span's strings (v05_start_trace). */
+    uint32_t origin_index;
+    if ((part->forecast.origin_ref != 0 &&
+         ref_payload_index(&rw, part->forecast.origin_ref, &origin_index) < 0) ||
+        body_rewrite(part, &payload->body, &rw) < 0) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_SystemError, "spanpack: malformed encoded v0.5 trace");
         }
@@ -638,7 +726,6 @@ append_rewriting(PayloadBuilder *payload, const EncodedPart *part)
     result = 0;
 done:
     PyMem_Free(index_map);
-    PyMem_Free(local_of);
     return result;
 }
 

@@ -63,9 +63,39 @@ typedef struct {
     const PyObject *preamble;
 } SpareTable;
 
+/* The tables of payloads finished while a put() that forecast for them is
+ * still encoding its trace (see IndexForecast), each kept until the last
+ * such put() ends; and how many put()s forecast for the current payload.
+ * Room for one kept table per put() encoding is made when it starts, so
+ * that finishing a payload never allocates for this. */
+typedef struct {
+    uint64_t payload_id;
+    uint32_t users; /* put()s still encoding with a forecast for it */
+    StringTable table;
+} RetiredTable;
+
+typedef struct ForecastTables {
+    RetiredTable *retired;
+    uint32_t retired_count;
+    uint32_t capacity;
+    uint32_t in_flight;     /* put()s encoding with a forecast */
+    uint32_t current_users; /* of those, the ones for the current payload */
+} ForecastTables;
+
 /* v0.5: forecast the payload indexes of the next trace encoded into `part`
- * (after part_reset) for joining it to `payload` (see IndexForecast). */
-void part_forecast_for(EncodedPart *part, const PayloadBuilder *payload);
+ * (after part_reset) for joining it to `payload`, the encoder's current
+ * one (see IndexForecast).  Without memory for it, the trace is encoded
+ * with holes instead (no error). */
+void forecast_begin(ForecastTables *tables, EncodedPart *part, PayloadBuilder *payload);
+/* The put() of `part` is done with its forecast (joined or not): a kept
+ * table no other put() needs is freed.  `current`: the encoder's current
+ * payload.  Nothing happens for a part without a forecast. */
+void forecast_end(ForecastTables *tables, EncodedPart *part, const PayloadBuilder *current);
+/* Before `payload`, the encoder's current one, is finished or dropped:
+ * keep its table if a put() encoding now forecast for it (the payload is
+ * left without one). */
+void forecast_retire(ForecastTables *tables, PayloadBuilder *payload);
+void forecast_tables_free(ForecastTables *tables);
 
 /* `header_room`: for a v0.4 payload whose trace count is known up front, the
  * size of its array header: the body is then written into a bytes object

@@ -18,14 +18,14 @@
  * (the trace's own table), so that a one-shot encode carries no test for
  * the other. */
 
-/* A string reference.  Written at once when the table is the payload's; in
- * an encoded trace's own table only 0 and 1 mean the same as in every
- * payload, so the others are written as their forecast payload index (put)
- * or become holes. */
+/* A string reference.  Written at once when the table is the payload's, or
+ * when the index is a forecast one (put(): see IndexForecast); else, in an
+ * encoded trace's own table only 0 and 1 mean the same as in every
+ * payload, so the others become holes. */
 static SP_ALWAYS_INLINE int
 v05_write_index(SpanWriter *w, uint32_t index, int into_payload)
 {
-    if (into_payload || index <= V05_ORIGIN_KEY_INDEX) {
+    if (into_payload || index <= V05_ORIGIN_KEY_INDEX || w->forecast != NULL) {
         /* mp_write_uint, kept inline in this large function. */
         if (outbuf_reserve(w->out, MP_MAX_HEADER) < 0) {
             return -1;
@@ -33,40 +33,43 @@ v05_write_index(SpanWriter *w, uint32_t index, int into_payload)
         mp_put_uint(w->out, index);
         return 0;
     }
-    if (w->forecast == NULL) {
-        return holes_push(w->holes, outbuf_len(w->out), index);
-    }
-    const ForecastEntry *entry = &w->forecast->entries[index];
-    if (outbuf_reserve(w->out, sizeof *entry) < 0) {
-        return -1;
-    }
-    memcpy(w->out->pos, entry, sizeof *entry);
-    w->out->pos += entry->size;
-    return 0;
+    return holes_push(w->holes, outbuf_len(w->out), index);
 }
 
 /* strtable_index on the writer's table (`absent_hash`: the table's hash of
- * `key` when a lookup just failed to find it, else -1); an entry new to an
- * encoded trace's table gets its forecast payload index. */
+ * `key` when lookups just failed to find it, else -1).  With a forecast,
+ * the index to write: the payload's when it has the key, else that of an
+ * entry of the trace's own table (forecast_local_index). */
 static SP_ALWAYS_INLINE int
 v05_table_index(SpanWriter *w, PyObject *key, Py_hash_t absent_hash, uint32_t *index)
 {
-    uint32_t count = w->strings->count;
-    if ((absent_hash == -1
-             ? strtable_index(w->strings, key, w->encode_string, NULL, index)
-             : strtable_insert(w->strings, key, absent_hash, w->encode_string, NULL, index)) < 0) {
+    if (w->forecast == NULL) {
+        return absent_hash == -1
+                   ? strtable_index(w->strings, key, w->encode_string, NULL, index)
+                   : strtable_insert(w->strings, key, absent_hash, w->encode_string, NULL, index);
+    }
+    uint32_t local_index;
+    Py_hash_t hash = absent_hash;
+    if (hash == -1) {
+        hash = strtable_key_hash(w->strings, key);
+        StringTable *payload = forecast_payload_table(w->forecast);
+        if (payload != NULL && strtable_find(payload, key, hash, index)) {
+            return 0;
+        }
+        if (strtable_find(w->strings, key, hash, &local_index)) {
+            return forecast_local_index(w->forecast, local_index, index);
+        }
+    }
+    if (strtable_add(w->strings, key, hash, NULL, NULL, &local_index) < 0) {
         return -1;
     }
-    if (w->forecast != NULL && w->strings->count != count) {
-        return forecast_add(w->forecast, w->strings, *index);
-    }
-    return 0;
+    return forecast_local_index(w->forecast, local_index, index);
 }
 
 /* The table key for a text value: the (truncated) exact str or exact bytes,
  * as the reference tracer keys its table.  `hash`: the table's hash of
  * `value`, an exact str of at most MAX_TEXT_LEN code points not in the
- * table, else -1. */
+ * table(s), else -1. */
 static SP_NOINLINE int
 v05_text_index_slow(SpanWriter *w, PyObject *value, Py_hash_t hash, const char *field,
                     PyObject *key, uint32_t *index)
@@ -90,6 +93,29 @@ v05_text_index_slow(SpanWriter *w, PyObject *value, Py_hash_t hash, const char *
     return result;
 }
 
+/* strtable_find_text for put()'s forecast: the payload's table first (while
+ * it is as the forecast found it), then the trace's own; *hash as there
+ * (computed once for both). */
+static SP_ALWAYS_INLINE int
+v05_forecast_find_text(SpanWriter *w, PyObject *value, Py_hash_t *hash, uint32_t *index)
+{
+    StringTable *payload = forecast_payload_table(w->forecast);
+    if (payload != NULL) {
+        if (strtable_find_text(payload, value, MAX_TEXT_LEN, hash, index)) {
+            return 1;
+        }
+    }
+    else {
+        *hash = strtable_short_str_hash(w->strings, value, MAX_TEXT_LEN);
+    }
+    uint32_t local_index;
+    if (strtable_find_object(w->strings, value, &local_index) ||
+        (*hash != -1 && strtable_find(w->strings, value, *hash, &local_index))) {
+        return forecast_local_index(w->forecast, local_index, index) == 0 ? 1 : -1;
+    }
+    return 0;
+}
+
 static SP_ALWAYS_INLINE int
 v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key, int into_payload)
 {
@@ -98,8 +124,10 @@ v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
         /* Most text is a short str already in the table (it was validated
          * when it went in). */
         Py_hash_t hash;
-        if (!strtable_find_text(w->strings, value, MAX_TEXT_LEN, &hash, &index) &&
-            v05_text_index_slow(w, value, hash, field, key, &index) < 0) {
+        int found = !into_payload && w->forecast != NULL
+                        ? v05_forecast_find_text(w, value, &hash, &index)
+                        : strtable_find_text(w->strings, value, MAX_TEXT_LEN, &hash, &index);
+        if (found < 0 || (!found && v05_text_index_slow(w, value, hash, field, key, &index) < 0)) {
             return -1;
         }
     }
@@ -506,7 +534,13 @@ v05_start_trace(SpanWriter *w, TraceInfo *info)
     if (info->origin == NULL) {
         return 0;
     }
-    return v05_table_index(w, info->origin, -1, &info->origin_index);
+    if (v05_table_index(w, info->origin, -1, &info->origin_index) < 0) {
+        return -1;
+    }
+    if (w->forecast != NULL) {
+        w->forecast->origin_ref = info->origin_index;
+    }
+    return 0;
 }
 
 int

@@ -89,8 +89,13 @@ typedef struct {
      * use encodes into a part of its own. */
     EncodedPart scratch;
     int scratch_in_use;
-    /* Encodes under way (span code may call back into the encoder); while
-     * any runs, __init__ must not swap the reader, cache or version. */
+    /* v0.5: the put()s encoding with a forecast, and the tables of payloads
+     * finished meanwhile that they still read. */
+    ForecastTables forecasts;
+    /* Encodes under way, and put()s from their encoding to their join (span
+     * code, or a collection between the two, may call back into the
+     * encoder); while any runs, __init__ must not swap the reader, cache,
+     * version, scratch part or payload. */
     int active_encodes;
     /* Capacity to start a one-shot payload with: the last one's size. */
     Py_ssize_t size_hint;
@@ -186,7 +191,7 @@ encode_part(TraceEncoderObject *self, EncodedPart *part, PyObject *trace, Py_ssi
      * span code runs Python code, which the join then notices).  Without
      * the GIL that read would race with other threads' put(). */
     if (forecast && self->version == 5) {
-        part_forecast_for(part, &self->current);
+        forecast_begin(&self->forecasts, part, &self->current);
     }
 #else
     (void)forecast;
@@ -495,6 +500,7 @@ trace_encoder_dealloc(TraceEncoderObject *self)
     spare_table_free(&self->spare);
 #endif
     part_free(&self->scratch);
+    forecast_tables_free(&self->forecasts);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
@@ -766,6 +772,7 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next, PyObject *next_trac
     }
     Py_DECREF(entry);
     recycle_body(self, next);
+    forecast_retire(&self->forecasts, &self->current);
     encoder_payload_free(self, &self->current);
     self->current = *next;
     self->sealed_size += size;
@@ -954,6 +961,7 @@ put_impl(TraceEncoderObject *self, PyObject *trace, int counted)
     }
     PyObject *result = NULL;
     Py_ssize_t dropped;
+    self->active_encodes++;
     int encoded = encode_part(self, part, trace, 0, 1, &dropped) == 0;
     if (encoded && counted && self->intake.spare == NULL) {
         /* The list for a payload this trace may start, made before the step
@@ -983,6 +991,8 @@ put_impl(TraceEncoderObject *self, PyObject *trace, int counted)
             result = refusal_noted(self, PUT_REFUSED + REFUSED_BAD_INPUT);
         }
     }
+    forecast_end(&self->forecasts, part, &self->current);
+    self->active_encodes--;
     if (use_scratch) {
         /* Do not keep a huge trace's buffers around. */
         part_shrink(part, self->state, RETAINED_BUFFER);

@@ -892,6 +892,49 @@ def test_encode_from_span_code_starts_a_new_payload_mid_trace(version, at):
     assert e.encode() == [(one_shot(version, before + [make_trace(6, spans=4)]), 4)]
 
 
+@pytest.mark.parametrize("at", [1, 3])
+def test_v05_join_reads_strings_of_the_payload_finished_mid_trace(at):
+    """A string the payload already has is written as its index there (it
+    never enters the trace's own table).  When span code finishes that
+    payload before the join, the join reads those strings from the finished
+    payload's table, kept until the put() ends, though nothing else holds
+    them any more: the new payload gets them in one-shot order."""
+    e = enc("v0.5")
+    for i in range(3):
+        e.put(make_trace(i, spans=2))  # texts made at run time: the table keeps the only objects
+    flushed = []
+    hooked = hooked_trace(1, 4, at, lambda: flushed.extend(e.encode()))
+    e.put(hooked)
+    del hooked
+    gc.collect()
+    assert flushed == [(one_shot("v0.5", [make_trace(i, spans=2) for i in range(3)]), 3)]
+    assert e.encode() == [(one_shot("v0.5", [make_trace(1, spans=4)]), 1)]
+
+
+def test_v05_finished_payload_tables_kept_only_while_a_put_needs_them():
+    """Tables kept for put()s under way are freed when the last of them
+    ends: a payload finished from span code in every put() keeps nothing."""
+    e = enc("v0.5")
+    for round in range(20):
+        e.put(make_trace(round, spans=2))
+        e.put(hooked_trace(round, 3, 1, e.encode))
+        e.put(hooked_trace(round, 3, 2, lambda: e.put(hooked_trace(round + 100, 2, 1, e.encode))))
+    e.encode()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for round in range(200):
+            e.put(make_trace(round, spans=2))
+            e.put(hooked_trace(round, 3, 1, e.encode))
+        e.encode()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, grown
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_lenient_drop_after_new_strings(version):
     """A dropped entry's new key had taken a forecast index: the later new
