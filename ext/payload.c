@@ -41,6 +41,11 @@ payload_encode_table_entry(void *arg, PyObject *key, OutBuf *out)
         Py_DECREF(cut);
         return result;
     }
+    else if (SP_UNICODE_IS_READY(key) && PyUnicode_IS_ASCII(key)) {
+        /* Its text is its UTF-8: no call. */
+        utf8 = PyUnicode_DATA(key);
+        size = PyUnicode_GET_LENGTH(key);
+    }
     else {
         utf8 = PyUnicode_AsUTF8AndSize(key, &size);
         if (utf8 == NULL) {

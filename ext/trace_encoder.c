@@ -320,6 +320,19 @@ trace_encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+/* __init__ swaps the reader, cache, version, scratch part and payload: not
+ * while an encode or a put() (from its encoding to its join) is under way. */
+static int
+refuse_while_encoding(TraceEncoderObject *self)
+{
+    if (self->active_encodes > 0 || self->scratch_in_use) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "TraceEncoder.__init__() called while the encoder is encoding");
+        return -1;
+    }
+    return 0;
+}
+
 static int
 trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -346,9 +359,7 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
                                      &default_meta, &default_metrics, &preamble, &strict)) {
         return -1;
     }
-    if (self->active_encodes > 0) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "TraceEncoder.__init__() called while the encoder is encoding");
+    if (refuse_while_encoding(self) < 0) {
         return -1;
     }
     int version_number;
@@ -410,7 +421,12 @@ trace_encoder_init(TraceEncoderObject *self, PyObject *args, PyObject *kwargs)
     if (default_tags_init(&default_tags, default_meta, default_metrics,
                           version_number == V10_VERSION) < 0 ||
         (intern && version_number == 4 && strcache_init(&cache) < 0) ||
-        (sealed = PyList_New(0)) == NULL) {
+        (sealed = PyList_New(0)) == NULL ||
+        /* Those steps can run Python code (a mapping's items(), a
+         * collection's finalizers), and another thread may have started
+         * encoding meanwhile: it must not find the encoder swapped under it. */
+        refuse_while_encoding(self) < 0) {
+        Py_XDECREF(sealed);
         default_tags_clear(&default_tags);
         strcache_free(&cache);
         part_free(&scratch);
@@ -737,6 +753,23 @@ recycle_body(TraceEncoderObject *self, PayloadBuilder *next)
     outbuf_truncate(&next->body, 0);
 }
 
+/* Drop the current payload (its table kept while a put() still reads it)
+ * and continue with `next` and, for the writer's intake, its list of trace
+ * objects (stolen). */
+static void
+replace_current(TraceEncoderObject *self, PayloadBuilder *next, PyObject *next_traces)
+{
+    forecast_retire(&self->forecasts, &self->current);
+    encoder_payload_free(self, &self->current);
+    self->current = *next;
+    if (self->intake.on) {
+        Py_SETREF(self->intake.traces, next_traces);
+    }
+    else {
+        Py_XDECREF(next_traces);
+    }
+}
+
 /* Finish the current payload into the sealed list and continue with `next`,
  * which the encoder then owns (on failure `next` is freed and the encoder is
  * unchanged: the current payload is only dropped once its entry is listed). */
@@ -750,6 +783,13 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next, PyObject *next_trac
     PyObject *entry = PyTuple_New(self->intake.on ? 3 : 2);
     if (entry == NULL) {
         goto error;
+    }
+    if (self->current.trace_count == 0) {
+        /* That Python code finished the payload itself (encode()): an empty
+         * one is not listed, `next` just takes its place. */
+        Py_DECREF(entry);
+        replace_current(self, next, next_traces);
+        return 0;
     }
     Py_ssize_t size = payload_size(&self->current);
     Py_ssize_t count = self->current.trace_count;
@@ -772,14 +812,9 @@ seal_current(TraceEncoderObject *self, PayloadBuilder *next, PyObject *next_trac
     }
     Py_DECREF(entry);
     recycle_body(self, next);
-    forecast_retire(&self->forecasts, &self->current);
-    encoder_payload_free(self, &self->current);
-    self->current = *next;
+    replace_current(self, next, next_traces);
     self->sealed_size += size;
     self->sealed_traces += count;
-    if (self->intake.on) {
-        Py_SETREF(self->intake.traces, next_traces);
-    }
     return 0;
 error:
     Py_XDECREF(entry);

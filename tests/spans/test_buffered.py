@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import tracemalloc
 
 import msgpack
@@ -933,6 +934,71 @@ def test_v05_finished_payload_tables_kept_only_while_a_put_needs_them():
     finally:
         tracemalloc.stop()
     assert grown < 64 * 1024, grown
+
+
+class CallOnCollect:
+    """Garbage (a cycle) whose collection calls `action`."""
+
+    def __init__(self, action):
+        self.action = action
+        self.cycle = self
+
+    def __del__(self):
+        self.action()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_encode_finished_by_a_finalizer_during_encode_lists_no_empty_payload(version):
+    """encode() allocates before it reads the payload: a collection there may
+    run a finalizer that puts and encodes itself.  The traces go out once,
+    with that inner encode(), and the outer one lists no empty payload."""
+    e = enc(version)
+    e.put(make_trace(1))
+    inner = []
+    gc.collect()
+    gc.disable()
+    CallOnCollect(lambda: (e.put(make_trace(2)), inner.extend(e.encode())))
+    gc.enable()
+    old = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        outer = e.encode()
+    finally:
+        gc.set_threshold(*old)
+    assert inner == [(one_shot(version, [make_trace(1), make_trace(2)]), 2)]
+    assert outer == []
+    e.put(make_trace(3))
+    assert e.encode() == [(one_shot(version, [make_trace(3)]), 1)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_init_refused_when_a_put_started_while_it_ran_python_code(version):
+    """__init__ runs Python code (default_meta's items()) before it swaps the
+    encoder's parts: a put() another thread started meanwhile, still under
+    way, makes it refuse, and that trace is kept whole."""
+    e = enc(version)
+    in_getter, resume = threading.Event(), threading.Event()
+
+    def wait_in_getter():
+        in_getter.set()
+        assert resume.wait(10)
+
+    hooked = hooked_trace(7, 3, 1, wait_in_getter)
+    worker = threading.Thread(target=e.put, args=(hooked,))
+
+    class StartsAPut:
+        def items(self):
+            worker.start()
+            assert in_getter.wait(10)
+            return []
+
+    try:
+        with pytest.raises(RuntimeError, match="while the encoder is encoding"):
+            e.__init__(version, default_meta=StartsAPut())
+    finally:
+        resume.set()
+        worker.join(10)
+    assert e.encode() == [(one_shot(version, [make_trace(7, spans=3)]), 1)]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
