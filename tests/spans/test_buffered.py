@@ -951,7 +951,10 @@ class CallOnCollect:
 def test_encode_finished_by_a_finalizer_during_encode_lists_no_empty_payload(version):
     """encode() allocates before it reads the payload: a collection there may
     run a finalizer that puts and encodes itself.  The traces go out once,
-    with that inner encode(), and the outer one lists no empty payload."""
+    with that inner encode(), and the outer one lists no empty payload.
+    (CPython up to 3.11 collects inside the allocation; from 3.12 at the
+    next bytecode boundary, once the outer encode() has returned: then each
+    call takes one trace.)"""
     e = enc(version)
     e.put(make_trace(1))
     inner = []
@@ -965,8 +968,9 @@ def test_encode_finished_by_a_finalizer_during_encode_lists_no_empty_payload(ver
         outer = e.encode()
     finally:
         gc.set_threshold(*old)
-    assert inner == [(one_shot(version, [make_trace(1), make_trace(2)]), 2)]
-    assert outer == []
+    together = [(one_shot(version, [make_trace(1), make_trace(2)]), 2)]
+    first, second = [(one_shot(version, [make_trace(i)]), 1) for i in (1, 2)]
+    assert (inner, outer) in [(together, []), ([second], [first])]
     e.put(make_trace(3))
     assert e.encode() == [(one_shot(version, [make_trace(3)]), 1)]
 
