@@ -537,6 +537,20 @@ strtable_find_object(const StringTable *table, const PyObject *value, uint32_t *
     return 0;
 }
 
+/* The second half of strtable_find_text, for a value strtable_find_object
+ * just did not find. */
+static SP_ALWAYS_INLINE int
+strtable_find_text_not_object(StringTable *table, PyObject *value, Py_ssize_t max_length,
+                              Py_hash_t *hash, uint32_t *index)
+{
+    *hash = strtable_short_str_hash(table, value, max_length);
+    if (*hash != -1 && strtable_find(table, value, *hash, index)) {
+        *strtable_object_slot(table, value) = (StrTableObjectSlot){value, *index};
+        return 1;
+    }
+    return 0;
+}
+
 /* strtable_find for text given as `value`, any object: 1 and *index set
  * when it is in the table as itself (a name, a key, a constant value: most
  * repeated text is the same object again, which costs no hash of its text)
@@ -547,15 +561,8 @@ static SP_ALWAYS_INLINE int
 strtable_find_text(StringTable *table, PyObject *value, Py_ssize_t max_length, Py_hash_t *hash,
                    uint32_t *index)
 {
-    if (strtable_find_object(table, value, index)) {
-        return 1;
-    }
-    *hash = strtable_short_str_hash(table, value, max_length);
-    if (*hash != -1 && strtable_find(table, value, *hash, index)) {
-        *strtable_object_slot(table, value) = (StrTableObjectSlot){value, *index};
-        return 1;
-    }
-    return 0;
+    return strtable_find_object(table, value, index) ||
+           strtable_find_text_not_object(table, value, max_length, hash, index);
 }
 
 /* Could the next strtable_insert fail (the table must grow, or is full)?
