@@ -17,8 +17,10 @@ ddtrace is imported lazily: only the ddtrace-specific helpers need it.
 
 from __future__ import annotations
 
+import contextlib
+import tracemalloc
 import types
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import msgpack
 from hypothesis import strategies as st
@@ -644,3 +646,15 @@ def resolved_traces(version: str, payload: bytes) -> Any:
             spans.append(s)
         out.append(spans)
     return out
+
+
+@contextlib.contextmanager
+def memory_grown() -> Iterator[Callable[[], int]]:
+    """Traces allocations (tracemalloc) for the block, which gets a function
+    returning the bytes allocated since the block began and still held."""
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        yield lambda: tracemalloc.get_traced_memory()[0] - baseline
+    finally:
+        tracemalloc.stop()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import spanpack
 from spanpack import BufferFull, BufferItemTooLarge, TraceMsgPackEncoder
 
-from tests.support import CORE_FIELDS, good_span, resolved_traces
+from tests.support import CORE_FIELDS, good_span, memory_grown, resolved_traces
 
 VERSIONS = ["v0.4", "v0.5"]
 EMPTY_SIZE = {"v0.4": 1, "v0.5": 15}
@@ -922,18 +922,13 @@ def test_v05_finished_payload_tables_kept_only_while_a_put_needs_them():
         e.put(hooked_trace(round, 3, 2, lambda: e.put(hooked_trace(round + 100, 2, 1, e.encode))))
     e.encode()
     gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    with memory_grown() as grown:
         for round in range(200):
             e.put(make_trace(round, spans=2))
             e.put(hooked_trace(round, 3, 1, e.encode))
         e.encode()
         gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert grown < 64 * 1024, grown
+        assert grown() < 64 * 1024, grown()
 
 
 class CallOnCollect:
@@ -1131,9 +1126,7 @@ def test_v04_keeps_a_payload_buffer_of_up_to_4_mib_after_encode():
     e.put(traces[0][:1])
     e.encode()
     gc.collect()
-    tracemalloc.start()
-    try:
-        baseline = tracemalloc.get_traced_memory()[0]
+    with memory_grown() as kept:
         for _ in range(3):
             for t in traces:
                 e.put(t)
@@ -1141,7 +1134,4 @@ def test_v04_keeps_a_payload_buffer_of_up_to_4_mib_after_encode():
             assert payloads == [(one_shot("v0.4", traces), len(traces))]
             del payloads
             gc.collect()
-            kept = tracemalloc.get_traced_memory()[0] - baseline
-            assert kept < 2_000_000 + (4 << 20), kept
-    finally:
-        tracemalloc.stop()
+            assert kept() < 2_000_000 + (4 << 20), kept()

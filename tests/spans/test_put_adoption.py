@@ -6,7 +6,6 @@ import gc
 import sys
 import threading
 import time
-import tracemalloc
 
 import msgpack
 import pytest
@@ -14,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spanpack import BufferFull, BufferItemTooLarge, TraceMsgPackEncoder
+
+from tests.support import memory_grown
 
 from .test_buffered import HookSpan, Span, make_span, one_shot
 
@@ -310,9 +311,7 @@ def test_v05_long_strings_table_not_kept_after_encode():
     e.put(small)
     e.encode()
     gc.collect()
-    tracemalloc.start()
-    try:
-        baseline = tracemalloc.get_traced_memory()[0]
+    with memory_grown() as kept:
         for cycle in range(4):
             big = trace(10 + cycle)
             e.put(big)
@@ -321,10 +320,7 @@ def test_v05_long_strings_table_not_kept_after_encode():
             assert e.encode() == [(one_shot("v0.5", [small]), 1)]
             del big
             gc.collect()
-            kept = tracemalloc.get_traced_memory()[0] - baseline
-            assert kept < 2_000_000, (cycle, kept)
-    finally:
-        tracemalloc.stop()
+            assert kept() < 2_000_000, (cycle, kept())
 
 
 def test_v04_first_trace_taken_whole_and_refused_one_not_kept():
@@ -341,18 +337,13 @@ def test_v04_first_trace_taken_whole_and_refused_one_not_kept():
     e.put(second)
     assert e.encode() == [(one_shot("v0.4", [first, second]), 2)]
     gc.collect()
-    tracemalloc.start()
-    try:
-        baseline = tracemalloc.get_traced_memory()[0]
+    with memory_grown() as kept:
         for cycle in range(3):
             big = trace(10 + cycle, 200, 20_000)  # about 4 MB: over max_item_size
             with pytest.raises(BufferItemTooLarge):
                 e.put(big)
             del big
             gc.collect()
-            kept = tracemalloc.get_traced_memory()[0] - baseline
-            assert kept < 2_500_000, (cycle, kept)
+            assert kept() < 2_500_000, (cycle, kept())
             e.put(second)
             assert e.encode() == [(one_shot("v0.4", [second]), 1)]
-    finally:
-        tracemalloc.stop()
