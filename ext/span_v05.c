@@ -117,16 +117,18 @@ v05_forecast_find_text_not_object(SpanWriter *w, StringTable *payload, PyObject 
     return 0;
 }
 
-/* The index of a text field that `table` (v05_write_text's) did not find
- * by its address: looked up by text, or added; then written. */
+/* The index of a text field that `table` (v05_address_table's) did not
+ * find by its address, or that no table was asked for by address (NULL: the
+ * trace's own table is, here): looked up by text (and in the trace's own
+ * table by address too), or added; then written. */
 static SP_ALWAYS_INLINE int
 v05_write_text_not_object(SpanWriter *w, StringTable *table, PyObject *value, const char *field,
                           PyObject *key, int into_payload)
 {
     uint32_t index = V05_EMPTY_INDEX;
     if (value != NULL && value != Py_None) {
-        /* Most text is a short str already in the table (it was validated
-         * when it went in). */
+        /* Text found here is a short str already in a table (it was
+         * validated when it went in). */
         Py_hash_t hash;
         int found = into_payload
                         ? strtable_find_text_not_object(table, value, MAX_TEXT_LEN, &hash, &index)
@@ -154,9 +156,10 @@ v05_write_text_not_object_into_part(SpanWriter *w, StringTable *table, PyObject 
     return v05_write_text_not_object(w, table, value, field, key, 0);
 }
 
-/* The table a text field is first looked up in by its address: the
- * payload's, or under a forecast the payload's while it is as the forecast
- * found it; NULL for none. */
+/* The table a text field is first looked up in by its address, inline:
+ * the payload's, or under a forecast the payload's while it is as the
+ * forecast found it; else NULL (the trace's own table is then asked, by
+ * address too, in v05_write_text_not_object). */
 static SP_ALWAYS_INLINE StringTable *
 v05_address_table(SpanWriter *w, int into_payload)
 {
