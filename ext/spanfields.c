@@ -1656,17 +1656,26 @@ read_direct_calls(const SpanFieldReader *reader, const SpanTypeLayout *layout, P
 {
     unsigned long resolutions = reader->resolutions;
     PyTypeObject *type = layout->type;
-    *done = 0;
+    uint32_t made = 0; /* (*done, stored on the way out) */
+    int result = 0;
+    if ((calls & (1u << SF_TRACE_ID)) != 0 && layout->trace_id_is_int) {
+        /* Checked to be an int when the layout was made, never written. */
+        values->value[SF_TRACE_ID] = PyLong_FromLong(0);
+        if (values->value[SF_TRACE_ID] == NULL) {
+            values->failed = SF_TRACE_ID;
+            result = -1;
+            goto done;
+        }
+        made = 1u << SF_TRACE_ID;
+        calls &= ~made;
+    }
     for (uint32_t bits = calls; bits != 0; bits &= bits - 1) {
         int i = __builtin_ctz(bits);
         if (reader->resolutions != resolutions || Py_TYPE(span) != type) {
-            return 0;
+            goto done;
         }
         PyObject *value;
-        if (i == SF_TRACE_ID && layout->trace_id_is_int) {
-            value = PyLong_FromLong(0); /* (checked to be an int, never written) */
-        }
-        else if (layout->direct_get[i] != NULL) {
+        if (layout->direct_get[i] != NULL) {
             value = layout->direct_get[i](span, layout->direct_closure[i]);
         }
         else {
@@ -1680,25 +1689,29 @@ read_direct_calls(const SpanFieldReader *reader, const SpanTypeLayout *layout, P
                 if (truth <= 0) {
                     if (truth < 0) {
                         values->failed = i;
-                        return -1;
+                        result = -1;
+                        goto done;
                     }
-                    *done |= 1u << i; /* none: absent */
+                    made |= 1u << i; /* none: absent */
                     continue;
                 }
                 if (reader->resolutions != resolutions || Py_TYPE(span) != type) {
-                    return 0;
+                    goto done;
                 }
             }
             value = layout->direct_method[i](span, NULL);
         }
         if (value == NULL) {
             values->failed = i;
-            return -1;
+            result = -1;
+            goto done;
         }
         values->value[i] = value;
-        *done |= 1u << i;
+        made |= 1u << i;
     }
-    return 0;
+done:
+    *done = made;
+    return result;
 }
 
 /* Each field in `fields` of the non-dict `span` as a new reference, into
