@@ -168,15 +168,20 @@ v05_address_table(SpanWriter *w, int into_payload)
                                  : NULL;
 }
 
-/* A text field.  Inline only the most common case: the very object the
- * table last found at its address.  The rest of the lookup, inlined at each
- * of a span's text fields, made the span writer bigger than the instruction
- * cache (30 KB under a forecast): it is called instead, one copy per way of
- * writing.  Callgrind's simulated L1 instruction misses fell on every
- * shape measured, by up to 46%, instructions moved by 3.3% or less either
- * way (docs/ddtrace.md). */
+/* A text field.  Inline only the most common case, the very object the
+ * table last found at its address, unless `whole_lookup_inline`.  The rest
+ * of the lookup, inlined at each of a span's text fields, made the span
+ * writer bigger than the instruction cache (30 KB under a forecast): there
+ * it is called instead, one copy per way of writing.  Callgrind's simulated
+ * L1 instruction misses fell on every shape measured, by up to 46%,
+ * instructions moved by 3.3% or less either way (docs/ddtrace.md).  A tag's
+ * key and value keep the whole lookup inline (whole_lookup_inline), in the
+ * entry writer of its map's loop: often text new to the table or another
+ * object of the same text (a value or a key made per span), for which a
+ * call cost 4-17% more instructions on spans of 40 tags. */
 static SP_ALWAYS_INLINE int
-v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key, int into_payload)
+v05_write_text_as(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
+                  int into_payload, int whole_lookup_inline)
 {
     StringTable *table = v05_address_table(w, into_payload);
     uint32_t index;
@@ -184,25 +189,24 @@ v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
     if (table != NULL && strtable_find_object(table, value, &index)) {
         return v05_write_index(w, index, into_payload);
     }
+    if (whole_lookup_inline) {
+        return v05_write_text_not_object(w, table, value, field, key, into_payload);
+    }
     return into_payload ? v05_write_text_not_object_into_payload(w, table, value, field, key)
                         : v05_write_text_not_object_into_part(w, table, value, field, key);
 }
 
-/* v05_write_text with the whole lookup inline, for a tag's key and value:
- * each in the entry writer of its map's loop, away from the span writer,
- * and often text new to the table or another object of the same text (a
- * value or a key made per span), for which a call cost 4-17% more
- * instructions on spans of 40 tags. */
+static SP_ALWAYS_INLINE int
+v05_write_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key, int into_payload)
+{
+    return v05_write_text_as(w, value, field, key, into_payload, 0);
+}
+
 static SP_ALWAYS_INLINE int
 v05_write_tag_text(SpanWriter *w, PyObject *value, const char *field, PyObject *key,
                    int into_payload)
 {
-    StringTable *table = v05_address_table(w, into_payload);
-    uint32_t index;
-    if (table != NULL && strtable_find_object(table, value, &index)) {
-        return v05_write_index(w, index, into_payload);
-    }
-    return v05_write_text_not_object(w, table, value, field, key, into_payload);
+    return v05_write_text_as(w, value, field, key, into_payload, 1);
 }
 
 static SP_ALWAYS_INLINE int
