@@ -674,6 +674,14 @@ event_fields_clear(EventFields *fields)
 static int
 event_fields_read(SpanWriter *w, PyObject *event, EventFields *fields)
 {
+    if (Py_TYPE(event) == w->state->otel_event_type) {
+        /* (Its attributes are None or a non-empty dict: a truthy one.) */
+        const OtelEventObject *own = (const OtelEventObject *)event;
+        fields->name = Py_NewRef(own->name);
+        fields->time = Py_NewRef(own->time_unix_nano);
+        fields->attributes = own->attributes != Py_None ? Py_NewRef(own->attributes) : NULL;
+        return WRITE_DONE;
+    }
     fields->name = fields->time = fields->attributes = NULL;
     int found = item_field(w, event, w->state->str_name, "events", &fields->name);
     if (found == WRITE_DONE) {

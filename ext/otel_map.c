@@ -1672,15 +1672,62 @@ done:
     return rc;
 }
 
-/* One event as spanpack.otel's _events makes it (a new dict in *out), or
- * *out NULL when it is of another form than the SDK's (then spanpack.otel
- * converts the list).  0, or -1 with an error. */
+/* 1 when an exact dict holds an exact tuple among its values, else 0. */
+static int
+holds_a_tuple(PyObject *dict)
+{
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &position, &key, &value)) {
+        if (PyTuple_CheckExact(value)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* An event's attributes (non-empty) as the event writers take them: arrays
+ * as lists (the SDK keeps tuples).  A new dict, a copy the caller may
+ * change; for an OtelEvent (`shared`), which no code changes, the SDK's own
+ * dict where it holds no tuple.  NULL with an error. */
+static PyObject *
+event_attributes(PyObject *attributes, int shared)
+{
+    if (shared && !holds_a_tuple(attributes)) {
+        return Py_NewRef(attributes);
+    }
+    PyObject *copy = PyDict_Copy(attributes);
+    if (copy == NULL) {
+        return NULL;
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(attributes, &position, &key, &value)) {
+        if (!PyTuple_CheckExact(value)) {
+            continue;
+        }
+        Py_INCREF(key);
+        PyObject *list = PySequence_List(value);
+        int set = list == NULL ? -1 : PyDict_SetItem(copy, key, list);
+        Py_XDECREF(list);
+        Py_DECREF(key);
+        if (set < 0) {
+            Py_DECREF(copy);
+            return NULL;
+        }
+    }
+    return copy;
+}
+
+/* One event as spanpack.otel's _events makes it (a new dict in *out; for
+ * OtelSpans, an OtelEvent of the same fields), or *out NULL when it is of
+ * another form than the SDK's (then spanpack.otel converts the list).  0,
+ * or -1 with an error. */
 static int
 event_make(OtelMapper *m, PyObject *event, PyObject **out)
 {
     *out = NULL;
-    PyObject *timestamp = NULL, *attributes = NULL, *copy = NULL, *dict = NULL;
-    PyObject *key, *value;
+    PyObject *timestamp = NULL, *attributes = NULL, *written = NULL, *dict = NULL;
     int rc = -1;
     PyObject *name = NULL;
     /* (Read in the order spanpack.otel reads them.) */
@@ -1698,39 +1745,29 @@ event_make(OtelMapper *m, PyObject *event, PyObject **out)
     }
     /* max(timestamp, 0) */
     int negative = PyObject_RichCompareBool(timestamp, m->zero, Py_LT);
-    if (negative < 0 || (dict = PyDict_New()) == NULL ||
-        PyDict_SetItem(dict, NAME(m, A_EVENT_NAME), name) < 0 ||
-        PyDict_SetItem(dict, NAME(m, E_TIME_UNIX_NANO), negative ? m->zero : timestamp) < 0) {
+    if (negative < 0) {
         goto done;
     }
-    if (PyDict_GET_SIZE(attributes) > 0) {
-        /* A copy (the caller may change it), arrays as lists: the SDK keeps tuples. */
-        if ((copy = PyDict_Copy(attributes)) == NULL) {
-            goto done;
-        }
-        Py_ssize_t position = 0;
-        while (PyDict_Next(attributes, &position, &key, &value)) {
-            if (!PyTuple_CheckExact(value)) {
-                continue;
-            }
-            Py_INCREF(key);
-            PyObject *list = PySequence_List(value);
-            int set = list == NULL ? -1 : PyDict_SetItem(copy, key, list);
-            Py_XDECREF(list);
-            Py_DECREF(key);
-            if (set < 0) {
-                goto done;
-            }
-        }
-        if (PyDict_SetItem(dict, NAME(m, A_EVENT_ATTRIBUTES), copy) < 0) {
-            goto done;
-        }
+    PyObject *time = negative ? m->zero : timestamp;
+    if (PyDict_GET_SIZE(attributes) > 0 &&
+        (written = event_attributes(attributes, m->objects)) == NULL) {
+        goto done;
+    }
+    if (m->objects) {
+        *out = otel_event_new(m->state, name, time, written);
+        rc = *out == NULL ? -1 : 0;
+        goto done;
+    }
+    if ((dict = PyDict_New()) == NULL || PyDict_SetItem(dict, NAME(m, A_EVENT_NAME), name) < 0 ||
+        PyDict_SetItem(dict, NAME(m, E_TIME_UNIX_NANO), time) < 0 ||
+        (written != NULL && PyDict_SetItem(dict, NAME(m, A_EVENT_ATTRIBUTES), written) < 0)) {
+        goto done;
     }
     *out = Py_NewRef(dict);
     rc = 0;
 done:
     Py_XDECREF(dict);
-    Py_XDECREF(copy);
+    Py_XDECREF(written);
     Py_XDECREF(attributes);
     Py_XDECREF(timestamp);
     Py_XDECREF(name);

@@ -1,4 +1,4 @@
-/* spanpack._spanpack.OtelSpan and OtelLink: see otel_span.h. */
+/* spanpack._spanpack.OtelSpan, OtelLink and OtelEvent: see otel_span.h. */
 #include "otel_span.h"
 
 #include <stddef.h>
@@ -55,7 +55,7 @@ otel_span_dealloc(OtelSpanObject *self)
     Py_DECREF(type);
 }
 
-/* (Both types' tp_new: only the mapping makes them.) */
+/* (Every type's tp_new here: only the mapping makes them.) */
 static PyObject *
 otel_span_new_from_python(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -174,6 +174,70 @@ static PyType_Spec otel_link_spec = {
     .slots = otel_link_slots,
 };
 
+/* ---------------------------------------------------------------------------
+ * OtelEvent */
+
+PyObject *
+otel_event_new(SpanpackState *state, PyObject *name, PyObject *time_unix_nano, PyObject *attributes)
+{
+    OtelEventObject *event = PyObject_GC_New(OtelEventObject, state->otel_event_type);
+    if (event == NULL) {
+        return NULL;
+    }
+    event->name = Py_NewRef(name);
+    event->time_unix_nano = Py_NewRef(time_unix_nano);
+    event->attributes = Py_NewRef(attributes != NULL ? attributes : Py_None);
+    PyObject_GC_Track(event);
+    return (PyObject *)event;
+}
+
+/* No tp_clear, as OtelLink: its fields are set for its whole life. */
+static int
+otel_event_traverse(OtelEventObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->name);
+    Py_VISIT(self->time_unix_nano);
+    Py_VISIT(self->attributes);
+    return 0;
+}
+
+static void
+otel_event_dealloc(OtelEventObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->time_unix_nano);
+    Py_CLEAR(self->attributes);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMemberDef otel_event_members[] = {
+    {"name", OS_T_OBJECT_EX, offsetof(OtelEventObject, name), OS_READONLY, NULL},
+    {"time_unix_nano", OS_T_OBJECT_EX, offsetof(OtelEventObject, time_unix_nano), OS_READONLY,
+     NULL},
+    {"attributes", OS_T_OBJECT_EX, offsetof(OtelEventObject, attributes), OS_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot otel_event_slots[] = {
+    {Py_tp_doc, "A span event mapped from an OpenTelemetry event by spanpack.otel (read-only)."},
+    {Py_tp_new, otel_span_new_from_python},
+    {Py_tp_dealloc, otel_event_dealloc},
+    {Py_tp_traverse, otel_event_traverse},
+    {Py_tp_members, otel_event_members},
+    {0, NULL},
+};
+
+static PyType_Spec otel_event_spec = {
+    .name = "spanpack._spanpack.OtelEvent",
+    .basicsize = sizeof(OtelEventObject),
+    .flags = OS_TYPE_FLAGS,
+    .slots = otel_event_slots,
+};
+
 int
 otel_span_module_init(PyObject *module, SpanpackState *state)
 {
@@ -182,5 +246,10 @@ otel_span_module_init(PyObject *module, SpanpackState *state)
         return -1;
     }
     state->otel_link_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &otel_link_spec, NULL);
-    return state->otel_link_type == NULL ? -1 : 0;
+    if (state->otel_link_type == NULL) {
+        return -1;
+    }
+    state->otel_event_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(module, &otel_event_spec, NULL);
+    return state->otel_event_type == NULL ? -1 : 0;
 }

@@ -1,8 +1,10 @@
 /* The Datadog span the OpenTelemetry mapping makes (otel_map.c), as a C
  * object: what spanpack.otel.encode_spans hands the encoder instead of a
- * dict span (and its links: OtelLink, below).  Its fields are read-only object slots named as the
- * span protocol's fields, so the encoder reads it as any __slots__ class (each member found once at
- * its offset, spanfields.c), with no dict made, filled and looked up per span. */
+ * dict span (its links and events: OtelLink and OtelEvent, below).  Its
+ * fields are read-only object slots named as the span protocol's fields, so
+ * the encoder reads it as any __slots__ class (each member found once at
+ * its offset, spanfields.c), with no dict made, filled and looked up per
+ * span. */
 #ifndef SPANPACK_OTEL_SPAN_H
 #define SPANPACK_OTEL_SPAN_H
 
@@ -60,8 +62,26 @@ typedef struct {
  * afterwards); NULL with an exception set. */
 PyObject *otel_link_new(SpanpackState *state, const LinkValues *values);
 
-/* Called from module exec: creates state->otel_span_type and
- * state->otel_link_type. */
+/* A span event the mapping made, as OtelEvent: the fields the event
+ * writers read of any event (links_events.c), here read from the object's
+ * own slots instead of a dict made, filled and looked up per event; Python
+ * code (spanpack._extras) reads them as its attributes.  Immutable: only the
+ * mapping sets them. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *name;
+    PyObject *time_unix_nano;
+    PyObject *attributes; /* None when the event has none */
+} OtelEventObject;
+
+/* A new event holding the three (borrowed: the event takes references of
+ * its own; `attributes` NULL for none, a dict no other code changes
+ * afterwards); NULL with an exception set. */
+PyObject *otel_event_new(SpanpackState *state, PyObject *name, PyObject *time_unix_nano,
+                         PyObject *attributes);
+
+/* Called from module exec: creates state->otel_span_type,
+ * state->otel_link_type and state->otel_event_type. */
 int otel_span_module_init(PyObject *module, SpanpackState *state);
 
 #endif /* SPANPACK_OTEL_SPAN_H */

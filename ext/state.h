@@ -20,7 +20,8 @@
     X(trace_encoder_type)                                                                          \
     X(encoded_part_type)                                                                           \
     X(otel_span_type)                                                                              \
-    X(otel_link_type)
+    X(otel_link_type)                                                                              \
+    X(otel_event_type)
 
 /* Attributes of Python modules, looked up by module exec: X(member, module,
  * attribute). */

@@ -24,7 +24,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope  # noqa:
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode  # noqa: E402
 
 from spanpack import otel  # noqa: E402
-from spanpack._extras import _link_dict  # noqa: E402
+from spanpack._extras import _event_fields, _link_dict  # noqa: E402
 from spanpack._spanpack import _otel_group_traces, _otel_map_spans  # noqa: E402
 from tests.otel.spans import KINDS, STATUSES, make_span  # noqa: E402
 from tests.otel.test_otel_transform import NAMING  # noqa: E402
@@ -84,12 +84,12 @@ def _both(spans: List[Any]) -> None:
             continue
         expected = otel._span_dict(span, otel._BatchCache())
         assert repr(list(c_span.items())) == repr(list(expected.items()))
-        assert repr(_object_items(c_object)) == repr(_written_links(list(expected.items())))
+        assert repr(_object_items(c_object)) == repr(_written_items(list(expected.items())))
 
 
 def _object_items(mapped: Any) -> List[Any]:
     """An OtelSpan's fields as a dict span's items: the ones it has, in its
-    slot order (a dict span's key order), its links as written."""
+    slot order (a dict span's key order), its links and events as written."""
     items = []
     for name in ("trace_id", "span_id", "parent_id", "service", "name", "resource", "span_type", "start_ns",
                  "duration_ns", "error", "meta", "metrics", "links", "events"):
@@ -97,13 +97,16 @@ def _object_items(mapped: Any) -> List[Any]:
             items.append((name, getattr(mapped, name)))
         except AttributeError:
             pass
-    return _written_links(items)
+    return _written_items(items)
 
 
-def _written_links(items: List[Any]) -> List[Any]:
-    """Links as the encoder writes them, in their to_dict() form (an OtelLink
-    gives its own; a dict link's is made by the rules in spanpack._extras)."""
-    return [(key, [_link_dict(link) for link in value] if key == "links" else value) for key, value in items]
+def _written_items(items: List[Any]) -> List[Any]:
+    """Links and events as the encoder reads them: links in their to_dict()
+    form (an OtelLink gives its own; a dict link's is made by the rules in
+    spanpack._extras), events as the fields spanpack._extras reads of a dict
+    or of an OtelEvent's attributes."""
+    readers = {"links": _link_dict, "events": _event_fields}
+    return [(key, [readers[key](item) for item in value] if key in readers else value) for key, value in items]
 
 
 @settings(max_examples=400)

@@ -101,6 +101,38 @@ def test_links_are_made_in_their_written_form_unless_the_rules_decline():
         assert otel.encode_spans(spans, version) == expected
 
 
+def test_events_are_made_as_otel_events_of_their_written_fields():
+    """An SDK event becomes an OtelEvent: read-only, made only by the
+    mapping, holding what a dict event holds (arrays as lists, attributes
+    None when there are none), so spanpack._extras reads it as it reads a
+    dict event; the bytes are those of dict events (see above)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("lib").start_as_current_span("s") as span:
+        span.add_event("retry", {"attempt": 2, "codes": [1, 2]}, timestamp=5)
+        span.add_event("plain", {"ok": True, "why": "x"}, timestamp=6)
+        span.add_event("bare", timestamp=7)
+    provider.shutdown()
+    spans = list(memory.get_finished_spans())
+    events = otel._mapped_traces(spans, as_objects=True)[0][0].events
+    assert [type(event).__name__ for event in events] == ["OtelEvent"] * 3
+    assert [(event.name, event.time_unix_nano, event.attributes) for event in events] == [
+        ("retry", 5, {"attempt": 2, "codes": [1, 2]}), ("plain", 6, {"ok": True, "why": "x"}), ("bare", 7, None)]
+    dict_events = otel.map_spans(spans)[0][0]["events"]  # map_spans keeps dict events
+    assert [(event["name"], event["time_unix_nano"], event.get("attributes")) for event in dict_events] == [
+        (event.name, event.time_unix_nano, event.attributes) for event in events]
+    with pytest.raises(TypeError, match="cannot create"):
+        type(events[0])()
+    with pytest.raises(AttributeError):
+        events[0].name = "other"
+    for version in ("v0.4", "v0.5", "v1.0"):
+        for options in ({}, {"native_span_events": False}):
+            encoder_options = otel._encoder_options(version, dict(options))
+            expected = TraceMsgPackEncoder(version, **encoder_options).encode_traces(otel.map_spans(spans))
+            assert otel.encode_spans(spans, version, **options) == expected
+
+
 def test_put_and_encode_take_objects_as_dict_spans():
     spans = _sdk_spans()
     by_objects, by_dicts = TraceMsgPackEncoder("v0.5"), TraceMsgPackEncoder("v0.5")
@@ -124,7 +156,8 @@ def test_an_otel_span_is_read_only_and_made_only_by_the_mapping():
     if sys.version_info >= (3, 10):  # immutable heap types: a class attribute would reach every span
         traces = otel._mapped_traces(_sdk_spans(), as_objects=True)
         link_class = type(next(link for trace in traces for span in trace for link in getattr(span, "links", ())))
-        for immutable in (cls, link_class):
+        event_class = type(next(event for trace in traces for span in trace for event in getattr(span, "events", ())))
+        for immutable in (cls, link_class, event_class):
             with pytest.raises(TypeError):
                 immutable.meta_struct = {"x": 1}  # type: ignore[union-attr]
 
