@@ -675,11 +675,14 @@ static int
 event_fields_read(SpanWriter *w, PyObject *event, EventFields *fields)
 {
     if (Py_TYPE(event) == w->state->otel_event_type) {
-        /* (Its attributes are None or a non-empty dict: a truthy one.) */
+        /* Its attributes are None or a dict (written when not empty, as
+         * the truth test below has it). */
         const OtelEventObject *own = (const OtelEventObject *)event;
+        PyObject *attributes = own->attributes;
         fields->name = Py_NewRef(own->name);
         fields->time = Py_NewRef(own->time_unix_nano);
-        fields->attributes = own->attributes != Py_None ? Py_NewRef(own->attributes) : NULL;
+        fields->attributes =
+            attributes != Py_None && PyDict_GET_SIZE(attributes) > 0 ? Py_NewRef(attributes) : NULL;
         return WRITE_DONE;
     }
     fields->name = fields->time = fields->attributes = NULL;

@@ -1487,12 +1487,17 @@ exception_tags(OtelMapper *m, PyObject *events, PyObject *meta)
 
 /* An item's attributes as attributes_plain gives them; NULL with no error
  * when that is no exact dict (then spanpack.otel converts the list), NULL
- * with an error on failure. */
+ * with an error on failure.  `bounded` (may be NULL): 1 when the dict is
+ * the one an SDK BoundedAttributes keeps, else 0. */
 static PyObject *
-plain_attributes(OtelMapper *m, PyObject *item, int is_link)
+plain_attributes(OtelMapper *m, PyObject *item, int is_link, int *bounded)
 {
     PyObject *attributes =
         item_property(m, item, is_link, is_link ? LINK_ATTRIBUTES : EVENT_ATTRIBUTES);
+    if (bounded != NULL) {
+        *bounded = attributes != NULL &&
+                   (PyObject *)Py_TYPE(attributes) == PLAN(m, PLAN_BOUNDED_ATTRIBUTES);
+    }
     if (attributes != NULL) {
         attributes = attributes_plain(m, attributes);
     }
@@ -1608,7 +1613,7 @@ link_make(OtelMapper *m, PyObject *link, PyObject **out)
         rc = 0;
         goto done;
     }
-    if ((attributes = plain_attributes(m, link, 1)) == NULL) {
+    if ((attributes = plain_attributes(m, link, 1, NULL)) == NULL) {
         rc = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
@@ -1688,8 +1693,10 @@ holds_a_tuple(PyObject *dict)
 
 /* An event's attributes (non-empty) as the event writers take them: arrays
  * as lists (the SDK keeps tuples).  A new dict, a copy the caller may
- * change; for an OtelEvent (`shared`), which no code changes, the SDK's own
- * dict where it holds no tuple.  NULL with an error. */
+ * change; when `shared` (for an OtelEvent, whose attributes no caller sees,
+ * of a dict kept by an SDK BoundedAttributes, which the SDK makes immutable
+ * for the events its spans record), the dict itself where it holds no
+ * tuple.  NULL with an error. */
 static PyObject *
 event_attributes(PyObject *attributes, int shared)
 {
@@ -1730,8 +1737,9 @@ event_make(OtelMapper *m, PyObject *event, PyObject **out)
     PyObject *timestamp = NULL, *attributes = NULL, *written = NULL, *dict = NULL;
     int rc = -1;
     PyObject *name = NULL;
+    int bounded;
     /* (Read in the order spanpack.otel reads them.) */
-    if ((attributes = plain_attributes(m, event, 0)) == NULL) {
+    if ((attributes = plain_attributes(m, event, 0, &bounded)) == NULL) {
         rc = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
@@ -1750,7 +1758,7 @@ event_make(OtelMapper *m, PyObject *event, PyObject **out)
     }
     PyObject *time = negative ? m->zero : timestamp;
     if (PyDict_GET_SIZE(attributes) > 0 &&
-        (written = event_attributes(attributes, m->objects)) == NULL) {
+        (written = event_attributes(attributes, m->objects && bounded)) == NULL) {
         goto done;
     }
     if (m->objects) {

@@ -75,8 +75,8 @@ typedef struct {
 } OtelEventObject;
 
 /* A new event holding the three (borrowed: the event takes references of
- * its own; `attributes` NULL for none, a dict no other code changes
- * afterwards); NULL with an exception set. */
+ * its own; `attributes` NULL for none, else a dict); NULL with an exception
+ * set. */
 PyObject *otel_event_new(SpanpackState *state, PyObject *name, PyObject *time_unix_nano,
                          PyObject *attributes);
 

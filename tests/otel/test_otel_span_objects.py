@@ -133,6 +133,38 @@ def test_events_are_made_as_otel_events_of_their_written_fields():
             assert otel.encode_spans(spans, version, **options) == expected
 
 
+def test_an_event_made_with_a_plain_dict_keeps_a_copy_of_it():
+    """An SDK Event made with a plain dict (not one of the span's immutable
+    BoundedAttributes) holds that caller's dict: the OtelEvent takes a copy,
+    as a dict event does, so code that runs while later events are mapped
+    (here a non-SDK event's property) and changes or empties the dict does
+    not change what is written (found in review)."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    shared = {}
+
+    class LateEvent:  # not an SDK class: read by spanpack.otel's rules in Python
+        name, timestamp = "late", 2
+
+        @property
+        def attributes(self):
+            shared.clear()
+            return {}
+
+    def spans():
+        shared.clear()
+        shared["k"] = "original"
+        return [ReadableSpan(name="s", context=SpanContext(1, 2, False, TraceFlags(1)), resource=Resource({}),
+                             events=[Event("e", shared, timestamp=1), LateEvent()], start_time=1, end_time=2)]
+
+    for version in ("v0.4", "v0.5", "v1.0"):
+        expected = TraceMsgPackEncoder(version, **otel._encoder_options(version, {})).encode_traces(
+            otel.map_spans(spans()))
+        assert b"original" in expected
+        assert otel.encode_spans(spans(), version) == expected
+
+
 def test_put_and_encode_take_objects_as_dict_spans():
     spans = _sdk_spans()
     by_objects, by_dicts = TraceMsgPackEncoder("v0.5"), TraceMsgPackEncoder("v0.5")
