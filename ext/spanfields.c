@@ -2745,18 +2745,6 @@ spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow, Sp
     return spanfields_read(reader, span, SF_FIRST_PER_SPAN, SF_LAST_PER_SPAN, values);
 }
 
-int
-spanfields_reads_by_calls(const SpanFieldReader *reader, PyTypeObject *type)
-{
-    for (int i = 0; i < SPAN_LAYOUT_CACHE; i++) {
-        const SpanTypeLayout *layout = &reader->layouts[i];
-        if (layout_current(layout, type)) {
-            return 2 * __builtin_popcount(layout->span_call_fields) >= SF_PER_SPAN_COUNT;
-        }
-    }
-    return 0;
-}
-
 void
 spanvalues_own(SpanValues *values)
 {

@@ -397,11 +397,6 @@ int spanfields_read_span(SpanFieldReader *reader, PyObject *span, int may_borrow
 /* Turn borrowed values into new references (a no-op when they already are). */
 void spanvalues_own(SpanValues *values);
 
-/* 1 when spans of `type`, whose layout is known already, have most of their
- * per-span fields read by calls (ddtrace's native spans, property classes),
- * else 0; runs no code. */
-int spanfields_reads_by_calls(const SpanFieldReader *reader, PyTypeObject *type);
-
 /* The first required per-span field that `values` (read over the per-span
  * fields) lacks, or -1; SF_COUNT when they are all there but trace_id is
  * not an int (every span's is checked: a type check on the value read with

@@ -1026,48 +1026,6 @@ default_seen_alloc(SpanWriter *w)
     return 0;
 }
 
-void
-span_read_ahead_error_restore(SpanWriter *w)
-{
-    PyErr_Restore(w->read_ahead_error[0], w->read_ahead_error[1], w->read_ahead_error[2]);
-    w->read_ahead_error[0] = w->read_ahead_error[1] = w->read_ahead_error[2] = NULL;
-}
-
-/* Spans read ahead of their writing, at most this many at a time. */
-#define SPAN_READ_AHEAD 4
-
-/* The spans of a trace whose fields are read by calls (ddtrace's native
- * spans: a getter per field and an accessor building each tags dict) are
- * read a batch at a time, then written: the getters' code and CPython's
- * dict code, then the writers' and the string tables', each stay in the
- * instruction cache through a batch, where reading and writing span by span
- * had them evict each other at every span.  Reads spans [start, end) of
- * `trace` (held in `spans`, their values owned in `values`); a read that
- * fails ends the batch at that span, its exception kept for when it is
- * written (so spans before it are written first, and an error of theirs
- * raised first, as span by span), as is a change of the trace's size.
- * Returns the end of the batch. */
-static Py_ssize_t
-read_spans_ahead(SpanWriter *w, PyObject *trace, Py_ssize_t start, Py_ssize_t count,
-                 PyObject **spans, SpanValues *values)
-{
-    Py_ssize_t end = start + SPAN_READ_AHEAD < count ? start + SPAN_READ_AHEAD : count;
-    for (Py_ssize_t i = start; i < end; i++) {
-        if (Py_SIZE(trace) != count) {
-            return i; /* raised when span i is reached */
-        }
-        PyObject *span = spans[i - start] = Py_NewRef(PySequence_Fast_GET_ITEM(trace, i));
-        SpanValues *v = &values[i - start];
-        if (spanfields_read_span(w->reader, span, !w->lenient, v) < 0) {
-            PyErr_Fetch(&w->read_ahead_error[0], &w->read_ahead_error[1], &w->read_ahead_error[2]);
-            w->read_ahead_failed = v; /* (released by the failed read) */
-            return i + 1;
-        }
-        spanvalues_own(v);
-    }
-    return end;
-}
-
 int
 write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn write_span)
 {
@@ -1097,37 +1055,15 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     if (result == 0 && SP_UNLIKELY(w->default_meta != NULL || w->default_metrics != NULL)) {
         result = default_seen_alloc(w);
     }
-    int reads_ahead = count > 1 && spanfields_reads_by_calls(
-                                       w->reader, Py_TYPE(PySequence_Fast_GET_ITEM(trace, 0)));
-    PyObject *ahead_spans[SPAN_READ_AHEAD];
-    SpanValues ahead_values[SPAN_READ_AHEAD];
-    Py_ssize_t ahead_start = 0, ahead_end = 0, i;
-    for (i = 0; i < count && result == 0; i++) {
-        if (reads_ahead && i == ahead_end) {
-            for (Py_ssize_t k = ahead_start; k < ahead_end; k++) {
-                Py_DECREF(ahead_spans[k - ahead_start]); /* written */
-            }
-            ahead_start = i;
-            ahead_end = read_spans_ahead(w, trace, i, count, ahead_spans, ahead_values);
-        }
-        /* Span code may resize the trace list while we read it (checked
-         * when a span read ahead was read). */
-        if (i >= ahead_end && Py_SIZE(trace) != count) {
+    for (Py_ssize_t i = 0; i < count && result == 0; i++) {
+        /* Span code may resize the trace list while we read it. */
+        if (Py_SIZE(trace) != count) {
             PyErr_Format(PyExc_RuntimeError, "trace %zd changed size during encoding",
                          w->trace_index);
             result = -1;
             break;
         }
         w->span_index = i;
-        if (i < ahead_end) {
-            PyObject *span = ahead_spans[i - ahead_start];
-            w->read_ahead = &ahead_values[i - ahead_start];
-            w->span = span;
-            result = write_span(w, span, &info);
-            w->span = NULL;
-            w->read_ahead = NULL;
-            continue;
-        }
         /* Large traces outgrow the CPU caches: start loading the spans
          * ahead (the field values of one a little ahead, whose object was
          * requested a little earlier still). */
@@ -1154,18 +1090,6 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
         w->span = NULL;
         Py_DECREF(span);
     }
-    /* The spans read ahead: those not written (after an error) released. */
-    for (Py_ssize_t k = ahead_start; k < ahead_end; k++) {
-        if (k >= i && &ahead_values[k - ahead_start] != w->read_ahead_failed) {
-            spanvalues_release(&ahead_values[k - ahead_start]);
-        }
-        Py_DECREF(ahead_spans[k - ahead_start]);
-    }
-    Py_XDECREF(w->read_ahead_error[0]);
-    Py_XDECREF(w->read_ahead_error[1]);
-    Py_XDECREF(w->read_ahead_error[2]);
-    w->read_ahead_error[0] = w->read_ahead_error[1] = w->read_ahead_error[2] = NULL;
-    w->read_ahead_failed = NULL;
     trace_info_release(&info);
     if (w->default_seen != NULL) {
         PyMem_Free(w->default_seen);

@@ -413,24 +413,11 @@ void span_count_mixed_tags(SpanWriter *w, PyObject *mixed);
  * second may run Python code). */
 void span_tags_one_mapping(SpanValues *v);
 
-/* Raise again the error of a span's read ahead (w->read_ahead_error). */
-void span_read_ahead_error_restore(SpanWriter *w);
-
-/* The per-span fields, borrowed when that is safe (see SpanValues), or as
- * write_trace read them ahead. */
+/* The per-span fields, borrowed when that is safe (see SpanValues). */
 static inline int
 span_values_read(SpanWriter *w, PyObject *span, const TraceInfo *info, SpanValues *v)
 {
-    const SpanValues *ahead = w->read_ahead;
-    if (ahead != NULL) {
-        *v = *ahead;
-        w->read_ahead = NULL;
-        if (SP_UNLIKELY(ahead == w->read_ahead_failed)) {
-            span_read_ahead_error_restore(w);
-            return -1;
-        }
-    }
-    else if (spanfields_read_span(w->reader, span, !w->lenient, v) < 0) {
+    if (spanfields_read_span(w->reader, span, !w->lenient, v) < 0) {
         return -1;
     }
     if (SP_UNLIKELY(w->reader->scales_times | w->reader->strict) && !PyDict_Check(span) &&

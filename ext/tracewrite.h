@@ -77,13 +77,6 @@ typedef struct SpanWriter {
      * owns them first. */
     PyObject *span;
     SpanValues *values;
-    /* The span's values when write_trace read them ahead (owned; NULL
-     * otherwise); the values of a span whose read ahead failed (`failed`
-     * naming the field), and that read's exception, raised again when the
-     * span is written. */
-    SpanValues *read_ahead;
-    const SpanValues *read_ahead_failed;
-    PyObject *read_ahead_error[3]; /* type, value, traceback; NULL: none */
     /* The tag keys of one map that are (or look like) cut text, as written
      * (exact str, owned), to refuse a second key that cuts to the same text
      * (a decoder would keep one value and lose the other).  A plain array,

@@ -145,6 +145,59 @@ def test_v10_means_what_v04_means(finished_traces, shape):
 
 
 # ---------------------------------------------------------------------------
+# Longer traces of native spans, and dict spans among them: what a lenient
+# encoder writes of valid spans, and an error naming the bad span.
+
+
+def _web_trace(count: int) -> list:
+    def body() -> None:
+        with tracer.trace("web.request", service="web", resource="GET /"):
+            for i in range(count - 1):
+                with tracer.trace("db.query", service="db", resource="q-%d" % i) as child:
+                    child.set_tag("k", "v-%d" % i)
+                    child.set_metric("rows", i)
+
+    [trace] = ddtrace_shapes.finished_traces(body)
+    return trace
+
+
+def _dict_span(trace: list, span_id: int, **overrides) -> dict:
+    span = {"trace_id": trace[0].trace_id, "span_id": span_id, "parent_id": trace[0].span_id,
+            "service": "d", "name": "dict", "resource": "r", "span_type": None, "start_ns": 1,
+            "duration_ns": 2, "error": 0, "meta": {"d": "x"}, "metrics": {}}
+    span.update(overrides)
+    return span
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_long_and_mixed_traces_give_the_bytes_a_lenient_encoder_gives(version):
+    """Traces of 2 to 13 native spans, and one with dict spans among them."""
+    traces = [_web_trace(count) for count in (2, 3, 4, 5, 8, 9, 13)]
+    mixed = _web_trace(11)
+    for position in (1, 4, 8):
+        mixed.insert(position, _dict_span(mixed, 900 + position))
+    traces.append(mixed)
+    expected = spanpack.TraceMsgPackEncoder(version, lenient=True).encode_traces(traces)
+    assert_all_paths_equal(expected, spanpack_paths(version, traces))
+
+
+@pytest.mark.parametrize("version", ["v0.4", "v0.5", "v1.0"])
+def test_a_bad_span_among_native_spans_is_the_one_named(version):
+    """A dict span refused when written, among native spans: the error
+    names it, and an encoder is left as before the trace."""
+    for position in (1, 4, 6):
+        trace = _web_trace(9)
+        trace.insert(position, _dict_span(trace, 77, meta=5))
+        encoder = spanpack.TraceMsgPackEncoder(version)
+        encoder.put(_web_trace(2))
+        size = encoder.size
+        with pytest.raises(TypeError) as info:
+            encoder.put(trace)
+        assert str(info.value) == "trace 0, span %d, meta: expected a dict, not int" % position
+        assert (len(encoder), encoder.size) == (1, size)
+
+
+# ---------------------------------------------------------------------------
 # Never partial: a ddtrace Span class spanpack cannot read whole is refused
 
 
