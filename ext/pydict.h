@@ -69,6 +69,27 @@ pydict_entries(const SpFastPaths *fast, PyObject *dict, DictEntries *entries)
 #endif
 }
 
+/* How many entries ahead the tag loops prefetch. */
+enum { DICT_PREFETCH_DISTANCE = 4 };
+
+/* Prefetch the key and value objects of the entry DICT_PREFETCH_DISTANCE
+ * after `entry`, entry `i` of `entries`.  A loop over a span's tags first
+ * loads each key's and value's type and length; a fresh span's strings lie
+ * scattered over the heap, and once other code has run since they were made
+ * (a trace ends a request; the benchmarks collect garbage between calls) each
+ * is a cache miss the loop would wait for in turn.  Measured on ddtrace
+ * 4.2.3's web_50_children_40_tags: 17-27% less time a span (paired rounds),
+ * no change on shapes with few tags. */
+static SP_ALWAYS_INLINE void
+dict_entries_prefetch_ahead(const DictEntries *entries, PyObject *const *entry, Py_ssize_t i)
+{
+    if (i + DICT_PREFETCH_DISTANCE < entries->count) {
+        PyObject *const *ahead = entry + DICT_PREFETCH_DISTANCE * entries->stride;
+        SP_PREFETCH(ahead[0]);
+        SP_PREFETCH(ahead[1]);
+    }
+}
+
 /* 1 when looking an exact str up in `dict` (a dict or subclass) can run no
  * Python code, `fast` proven: every key is an exact str (a combined table of
  * str keys, or a split one, which holds only str keys), so the lookup

@@ -248,6 +248,7 @@ v04_write_meta_entries_memo(SpanWriter *w, const DictEntries *entries)
     Py_ssize_t position = 0, copied = 0;
     PyObject *const *entry = entries->keys;
     for (Py_ssize_t i = 0; i < entries->count; i++, entry += entries->stride) {
+        dict_entries_prefetch_ahead(entries, entry, i);
         PyObject *key = entry[0], *value = entry[1];
         if (value == NULL) {
             continue; /* deleted */

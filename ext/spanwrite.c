@@ -506,6 +506,7 @@ span_count_mixed_tags(SpanWriter *w, PyObject *mixed)
     if (pydict_entries(&w->state->fast_paths, mixed, &entries)) {
         PyObject *const *entry = entries.keys;
         for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
+            dict_entries_prefetch_ahead(&entries, entry, i);
             if (entry[1] != NULL) {
                 counts[mixed_tag_kind(entry[1]) == MIXED_METRICS]++;
             }
@@ -905,6 +906,7 @@ write_mixed_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWrite
     if (pydict_entries(&w->state->fast_paths, dict, &entries)) {
         PyObject *const *entry = entries.keys;
         for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
+            dict_entries_prefetch_ahead(&entries, entry, i);
             if (entry[1] != NULL) {
                 int result = write_mixed_entry(w, entry[0], entry[1]);
                 if (result < 0) {

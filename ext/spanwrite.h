@@ -314,6 +314,7 @@ write_dict_entries(SpanWriter *w, PyObject *dict, const char *field, EntryWriter
         if (pydict_entries(&w->state->fast_paths, dict, &entries)) {
             PyObject *const *entry = entries.keys;
             for (Py_ssize_t i = 0; i < entries.count; i++, entry += entries.stride) {
+                dict_entries_prefetch_ahead(&entries, entry, i);
                 if (entry[1] != NULL && write_entry(w, entry[0], entry[1]) < 0) {
                     return -1;
                 }
