@@ -460,3 +460,16 @@ def test_a_span_context_of_another_class_is_mapped_by_python():
     traces = otel.map_spans([own_context, own_state])
     assert [span["trace_id"] for trace in traces for span in trace] == [99, 1]
     assert traces[1][0]["meta"]["w3c.tracestate"] == "own=1"
+
+
+def test_link_int_attributes_are_written_as_str_writes_them():
+    """A link's int attributes become their decimal text: in C up to 64 bits
+    of magnitude, by str() past them; the text is str()'s at every edge."""
+    edges = [0, 1, -1, 9, 10, -10, 2**31, 2**63 - 1, -2**63, 2**63, 2**64 - 1, -(2**64 - 1), 2**64, -2**64,
+             10**19, 10**20, -10**20, 2**200]
+    context = make_span(trace_id=1, span_id=2, name="n").context
+    attributes = {"i%d" % n: value for n, value in enumerate(edges)}
+    span = ReadableSpan(name="ints", context=context, resource=Resource({}), links=[Link(context, attributes)])
+    _both([span])
+    [mapped] = otel._map_in_c([span], otel._BatchCache())
+    assert mapped["links"][0]["attributes"] == {key: str(value) for key, value in attributes.items()}
