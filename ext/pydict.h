@@ -80,7 +80,7 @@ enum { DICT_PREFETCH_DISTANCE = 4 };
  * scattered over the heap, and once other code has run since they were made
  * (a trace ends a request; the benchmarks collect garbage between calls) each
  * is a cache miss the loop would wait for in turn.  Measured on ddtrace
- * 4.2.3's web_50_children_40_tags: 30-36% less time a span (paired rounds),
+ * 4.2.3's web_50_children_40_tags: 28-36% less time a span (paired rounds),
  * no change on shapes with few tags.  (Addresses by integer: a deleted
  * entry's NULL is prefetched harmlessly, never offset as a pointer.) */
 static SP_ALWAYS_INLINE void
