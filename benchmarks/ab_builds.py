@@ -29,6 +29,7 @@ import os
 import shutil
 import statistics
 import sys
+import sysconfig
 import tempfile
 import time
 from typing import Any, Callable, List, Tuple
@@ -43,12 +44,9 @@ def load_build(so_path: str, name: str, root: str) -> Any:
     """spanpack's Python package with `so_path` as its extension, imported as `name`."""
     target = os.path.join(root, name)
     shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("_spanpack*.so", "__pycache__"))
-    suffix = so_path[so_path.index("_spanpack") + len("_spanpack"):] if "_spanpack" in so_path else None
-    if suffix is None:
-        import sysconfig
-
-        suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    shutil.copy(so_path, os.path.join(target, "_spanpack" + suffix))
+    # (Named for this interpreter whatever the file was called: a build for
+    # another one would not load anyway.)
+    shutil.copy(so_path, os.path.join(target, "_spanpack" + sysconfig.get_config_var("EXT_SUFFIX")))
     return importlib.import_module(name)
 
 
@@ -94,6 +92,13 @@ def main() -> int:
     parser.add_argument("mode", nargs="?", default="put", choices=["put", "encode_traces"])
     parser.add_argument("--rounds", type=int, default=41)
     args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (the ratios' quartiles)")
+    if args.kind == "user":
+        from spanpack import user_spans
+
+        if args.shape not in user_spans.SHAPES:
+            parser.error("no user shape %r: one of %s" % (args.shape, ", ".join(user_spans.SHAPES)))
     root = tempfile.mkdtemp(prefix="spanpack-ab-")
     sys.path.insert(0, root)
     try:
