@@ -62,13 +62,7 @@ def workload(args: argparse.Namespace) -> Tuple[Callable[[], Any], Callable[[Any
             encoder = package.TraceMsgPackEncoder(args.version)
             if args.mode == "encode_traces":
                 return encoder.encode_traces
-
-            def put_encode(traces: List[list]) -> Any:
-                for trace in traces:
-                    encoder.put(trace)
-                return encoder.encode()
-
-            return put_encode
+            return lambda traces: ddtrace_shapes._put_encode(encoder, traces)
 
         return (lambda: ddtrace_shapes.finished_traces(body, count)), for_build, spans
     if args.kind == "user":

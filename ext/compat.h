@@ -65,6 +65,18 @@ PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
 #define SP_UNICODE_READY(op) 0
 #endif
 
+/* Do two str, both ready, hold the same text?  Compared in place, as ==
+ * compares them: no code runs, and no ordering work (PyUnicode_Compare's). */
+static inline int
+sp_same_str_text(PyObject *a, PyObject *b)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    int kind = PyUnicode_KIND(a);
+    return a == b ||
+           (PyUnicode_GET_LENGTH(b) == length && PyUnicode_KIND(b) == kind &&
+            memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * (size_t)kind) == 0);
+}
+
 /* Mixed bits of an object's address (Fibonacci hashing; objects are 16-byte
  * aligned, so the low bits carry nothing): take the high bits wanted. */
 static inline uint64_t

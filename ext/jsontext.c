@@ -132,10 +132,7 @@ write_json_int(OutBuf *out, PyObject *value)
         return 0;
     }
     char digits[24];
-    char *end = digits + sizeof digits, *p = decimal64_put(end, magnitude);
-    if (negative) {
-        *--p = '-';
-    }
+    char *end = digits + sizeof digits, *p = signed_decimal64_put(end, magnitude, negative);
     return outbuf_write(out, p, end - p) < 0 ? -1 : 1;
 }
 

@@ -1376,22 +1376,6 @@ item_property(OtelMapper *m, PyObject *item, int is_link, int which)
     return PyObject_GetAttr(item, NAME(m, property));
 }
 
-/* Two exact str equal?  By their text, as ==, without PyUnicode_Compare's
- * ordering work (76 instructions a call, twice for each event). */
-static int
-exact_str_equal(PyObject *a, PyObject *b)
-{
-    if (a == b) {
-        return 1;
-    }
-    if (!SP_UNICODE_IS_READY(a) || !SP_UNICODE_IS_READY(b)) {
-        return PyUnicode_Compare(a, b) == 0;
-    }
-    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
-    return length == PyUnicode_GET_LENGTH(b) && PyUnicode_KIND(a) == PyUnicode_KIND(b) &&
-           memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * PyUnicode_KIND(a)) == 0;
-}
-
 /* The truth of `value == "exception"` (op Py_EQ) or `value != "exception"`
  * (Py_NE) as Python answers it, -1 with an error: an exact str compared
  * here, anything else by its own comparison (which may raise). */
@@ -1400,7 +1384,10 @@ compared_with_exception(OtelMapper *m, PyObject *value, int op)
 {
     PyObject *exception = NAME(m, V_EXCEPTION);
     if (PyUnicode_CheckExact(value)) {
-        int equal = exact_str_equal(value, exception);
+        /* (The name is interned, so ready; a legacy str not yet ready is
+         * compared by CPython, which readies it.  Two str: never fails.) */
+        int equal = SP_UNICODE_IS_READY(value) ? sp_same_str_text(value, exception)
+                                               : PyUnicode_Compare(value, exception) == 0;
         return op == Py_EQ ? equal : !equal;
     }
     PyObject *answer = PyObject_RichCompare(value, exception, op);
@@ -1534,10 +1521,7 @@ int_text(const OtelMapper *m, PyObject *value)
         return PyObject_Str(value);
     }
     char digits[24];
-    char *end = digits + sizeof digits, *start = decimal64_put(end, magnitude);
-    if (negative) {
-        *--start = '-';
-    }
+    char *end = digits + sizeof digits, *start = signed_decimal64_put(end, magnitude, negative);
     return PyUnicode_FromStringAndSize(start, end - start);
 }
 

@@ -218,6 +218,18 @@ decimal64_put(char *end, uint64_t value)
     return p;
 }
 
+/* An int's sign and 64-bit magnitude as str() writes it, ending just before
+ * `end` (at most 21 bytes before it): returns where the text starts. */
+static inline char *
+signed_decimal64_put(char *end, uint64_t magnitude, int negative)
+{
+    char *p = decimal64_put(end, magnitude);
+    if (negative) {
+        *--p = '-';
+    }
+    return p;
+}
+
 /* `value` as an unsigned 64-bit int: 0, or 1 when negative or too large. */
 static inline int
 pyint_as_u64(const SpFastPaths *fast, PyObject *value, uint64_t *out)

@@ -1125,17 +1125,6 @@ raise_trace_id_not_int(SpanWriter *w, PyObject *trace_id)
 /* ---------------------------------------------------------------------------
  * Default tags */
 
-/* Do two exact str hold the same text?  (Compared in place: no code runs.) */
-static inline int
-same_exact_str(PyObject *a, PyObject *b)
-{
-    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
-    int kind = PyUnicode_KIND(a);
-    return a == b ||
-           (PyUnicode_GET_LENGTH(b) == length && PyUnicode_KIND(b) == kind &&
-            memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * (size_t)kind) == 0);
-}
-
 /* Up to this many defaults, default_note compares a key with each. */
 #define DEFAULT_NOTE_SCAN 8
 
@@ -1150,7 +1139,7 @@ default_note(SpanWriter *w, const DefaultTagMap *defaults, const char *field, Py
     if (whole && defaults->count <= DEFAULT_NOTE_SCAN) {
         /* A few defaults: compared in place, cheaper than a lookup. */
         for (Py_ssize_t i = 0; i < defaults->count; i++) {
-            if (same_exact_str(PyTuple_GET_ITEM(defaults->keys, i), key)) {
+            if (sp_same_str_text(PyTuple_GET_ITEM(defaults->keys, i), key)) {
                 w->default_seen[i] = 1;
                 break;
             }
