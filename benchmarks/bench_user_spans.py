@@ -97,26 +97,30 @@ def measure(shape):
     encode_again = fns["spanpack v0.4"].encode
     calls.append((lambda: again, encode_again))
     timings = bench.measure_fresh(calls, budget)
-    return {name: t.best / user_spans.SPANS for name, t in zip([*fns, REENCODED], timings)}
+    return {name: t for name, t in zip([*fns, REENCODED], timings)}
 
 
 def main() -> int:
-    rows = [(shape, measure(shape)) for shape in user_spans.SHAPES]
+    timed = [(shape, measure(shape)) for shape in user_spans.SHAPES]
+    rows = [(shape, {name: t.best / user_spans.SPANS for name, t in timings.items()}) for shape, timings in timed]
     names = [n for n in CONTENDERS if n in rows[0][1]]
     print("fresh spans (10 traces x 100 spans built before each call), per span, best of %d interleaved "
-          "rounds; ratio = contender / spanpack v0.4" % ROUNDS)
+          "rounds; ratio = contender / spanpack v0.4 (best over best; paired: the median of the "
+          "rounds' own ratios, the rounds of one pass side by side)" % ROUNDS)
     print("%-22s" % "shape" + "".join("%23s" % n for n in names))
     for shape, times in rows:
         base = times["spanpack v0.4"]
         cells = ["%6.0f ns (%5.2fx)" % (times[n] * 1e9, times[n] / base) if n in times else "-" for n in names]
         print("%-22s" % shape + "".join("%23s" % c for c in cells))
     print()
-    print("| shape | spanpack v0.4 | msgspec / spanpack | spanpack / read floor | spanpack / write floor |")
-    print("| --- | --- | --- | --- | --- |")
-    for shape, times in rows:
+    print("| shape | spanpack v0.4 | msgspec / spanpack | paired | spanpack / read floor | spanpack / write floor |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for (shape, times), (_, timings) in zip(rows, timed):
         base = times["spanpack v0.4"]
-        cells = ["%.0f ns" % (base * 1e9), "%.2f" % (times["msgspec Structs"] / base)
-                 if "msgspec Structs" in times else "-"]
+        cells = ["%.0f ns" % (base * 1e9)]
+        cells += ["%.2f" % (times["msgspec Structs"] / base),
+                  "%.2f" % bench.paired_ratio(timings["msgspec Structs"], timings["spanpack v0.4"])
+                  ] if "msgspec Structs" in times else ["-", "-"]
         cells += ["%.2f (%.0f ns)" % (base / times[n], times[n] * 1e9) if n in times else "-"
                   for n in ("read floor", "write floor")]
         print("| %s | %s |" % (shape, " | ".join(cells)))

@@ -11,7 +11,8 @@ ddtrace's MsgpackEncoderV04/V05 put()+encode(), spanpack's put()+encode() and
 encode_traces(), and the read floor (``readfloor.read_ddtrace_native``, C:
 the accessors ddtrace's encoder calls, by the cheapest path, every entry
 touched, nothing written; native spans only).  Prints ns per span, ddtrace's
-time over spanpack's, the share of spanpack's time above the floor, and
+time over spanpack's (best over best, and the median of the rounds' own
+ratios, the contenders a round's turns apart, the first moving along), the share of spanpack's time above the floor, and
 ddtrace's time over the floor: the ratio an encoder that cost nothing beyond
 ddtrace's own accessors would reach, so the most any encoder reading these
 spans can show.
@@ -42,7 +43,8 @@ def main() -> int:
         extra = lambda version: {"read floor": lambda: floor.read_ddtrace_native}  # noqa: E731
     results = ddtrace_shapes.run(args.versions, args.rounds, extra,
                                  progress=lambda m: print(m, file=sys.stderr, flush=True))
-    print("ddtrace %s, CPython %s; best of %d rounds, fresh spans each call"
+    print("ddtrace %s, CPython %s; best of %d rounds, fresh spans each call;"
+          " paired = the median of each round's ratio"
           % (ddtrace.__version__, sys.version.split()[0], args.rounds))
     print(ddtrace_shapes.report(results))
     if extra is not None:

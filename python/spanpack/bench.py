@@ -455,6 +455,17 @@ class Timing:
     median: float
     rounds: int
     number: int  # calls per round
+    # each round's seconds per call, in order: round k of every contender
+    # measured in the same pass (see paired_ratio)
+    samples: List[float] = field(default_factory=list)
+
+
+def paired_ratio(numerator: Timing, denominator: Timing) -> float:
+    """The median over the rounds both took of the one's time over the
+    other's in the same pass of turns: a burst of load lasting a pass moves
+    both (best over best compares two lucky moments, which on a busy machine
+    come rarely, and not alike for code that waits on memory more)."""
+    return statistics.median(a / b for a, b in zip(numerator.samples, denominator.samples))
 
 
 @dataclass
@@ -518,16 +529,21 @@ def _take_turns(rounds: Sequence[Callable[[], float]], numbers: Sequence[int], b
     times: List[List[float]] = [[] for _ in rounds]
     start = time.perf_counter()
     limit = budget.max_time * len(rounds)
+    passes = 0
     while True:
-        for one_round, samples_ in zip(rounds, times):
-            if len(samples_) < budget.max_rounds:
-                samples_.append(one_round())
+        # The first to go moves along each pass: none always follows the same one.
+        first = passes % len(rounds)
+        order = list(range(first, len(rounds))) + list(range(first))
+        passes += 1
+        for i in order:
+            if len(times[i]) < budget.max_rounds:
+                times[i].append(rounds[i]())
         if all(len(t) >= budget.max_rounds for t in times):
             break
         if (time.perf_counter() - start > limit
                 and all(len(t) >= budget.min_rounds for t in times)):
             break
-    return [Timing(min(t), statistics.median(t), len(t), n) for t, n in zip(times, numbers)]
+    return [Timing(min(t), statistics.median(t), len(t), n, t) for t, n in zip(times, numbers)]
 
 
 FRESH_CALLS = 8  # calls per round at most when every call gets inputs of its own (memory)
@@ -754,7 +770,8 @@ def run_ddtrace_tracer(quick: bool = False, progress: Callable[[str], None] = la
     rounds = 5 if quick else 15
     results = ddtrace_shapes.run(rounds=rounds, progress=progress)
     return ("Traces made by ddtrace %s's own tracer (fresh spans every call, best of %d rounds); "
-            "x = ddtrace's time / spanpack's:\n%s"
+            "x = ddtrace's time / spanpack's, best over best, and paired (the median of each "
+            "round's ratio):\n%s"
             % (ddtrace.__version__, rounds, ddtrace_shapes.report(results)))
 
 
