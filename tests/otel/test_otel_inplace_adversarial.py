@@ -330,3 +330,31 @@ def test_lowered_cache_per_format():
     server = _new(ReadableSpan, "b", kind=SpanKind.SERVER, attributes={"rpc.system": text})
     mapped = _map([client, server, client])
     assert [s["name"] for s in mapped] == ["grpc.client.request", "grpc.server.request", "grpc.client.request"]
+
+
+@pytest.mark.parametrize("change", ["clear", "append", "replace"])
+def test_the_batch_list_changed_by_code_run_mid_batch(monkeypatch, change):
+    """Code run while a span is mapped (here spanpack.otel's events converter)
+    may change the list of spans being mapped: a changed length is refused
+    with RuntimeError, never read past; an item replaced in place is mapped
+    as it is then."""
+    spans = [_new(ReadableSpan, "span-%d" % i) for i in range(40)]
+    spans[0]._events = make_span(trace_id=1, span_id=3, name="n", events=[HOOKED_EVENT]).events
+    replacement = _new(ReadableSpan, "replacement")
+
+    def hook(_events):
+        if change == "clear":
+            spans.clear()
+        elif change == "append":
+            spans.append(replacement)
+        else:
+            spans[1] = replacement
+
+    _with_events_hook(monkeypatch, hook)
+    if change == "replace":
+        mapped = _map(spans)
+        assert mapped[1]["resource"] == "replacement"
+        assert [m["resource"] for m in mapped[2:]] == ["span-%d" % i for i in range(2, 40)]
+    else:
+        with pytest.raises(RuntimeError, match="changed size"):
+            _map(spans)
