@@ -1932,13 +1932,18 @@ sdk_fields_read(OtelMapper *m, PyObject *span, SdkFields *f)
     return 1;
 }
 
-/* How many spans batch_warm loads ahead at a time: the fields of 32 SDK
- * spans, their attribute dicts and values take well under the 1 MiB of a
- * core's L2 on the machines measured. */
-enum { WARM_SPANS = 32 };
+/* How many spans batch_warm loads ahead at a time, and how many events and
+ * links of each: the fields of 32 SDK spans, their events', links' and
+ * attribute dicts and values take well under the 1 MiB of a core's L2 on the
+ * machines measured. */
+enum { WARM_SPANS = 32, WARM_ITEMS = 4 };
+#define WARM_LISTS (2 * WARM_SPANS)
+#define WARM_ITEM_MAX (WARM_LISTS * WARM_ITEMS)
+#define WARM_ATTRIBUTES (WARM_SPANS + WARM_ITEM_MAX)
 
 /* The sdk_field_names entries worth loading ahead: the objects of each span
  * (the resource, scope and kind are shared by a batch). */
+enum { WARM_CONTEXT = 0, WARM_ATTRIBUTES_FIELD = 1, WARM_EVENTS = 2, WARM_LINKS = 3 };
 static const int warm_fields[] = {0 /* context */, 1 /* attributes */, 2 /* events */,
                                   3 /* links */,   7 /* status */,     8 /* parent */,
                                   9 /* name */,    10 /* start */,     11 /* end */};
@@ -1965,102 +1970,232 @@ warm_values(const OtelMapper *m, const InPlaceFields *where, PyObject *obj, Py_s
 #endif
 }
 
-/* The field `k` of sdk_field_names from a span's values array, or NULL. */
+/* The value at field `k`'s position (`where->position[k]`) in a values
+ * array, or NULL. */
 static inline PyObject *
-warm_field(const OtelMapper *m, PyObject *const *values, Py_ssize_t capacity, int k)
+warm_at(const InPlaceFields *where, int k, PyObject *const *values, Py_ssize_t capacity)
 {
-    Py_ssize_t position = m->span_fields.position[k];
+    Py_ssize_t position = where->position[k];
     return values != NULL && position >= 0 && position < capacity ? values[position] : NULL;
+}
+
+/* (Addresses by integer: what may lie outside an object.) */
+static inline void
+warm_line(const void *address, Py_ssize_t offset)
+{
+    SP_PREFETCH((const void *)((uintptr_t)address + (uintptr_t)offset));
+}
+
+/* Is `list` a deque of collections' own (the SDK's BoundedList keeps one),
+ * whose items PySequence_GetItem gives without running code? */
+static inline int
+warm_is_deque(PyObject *list)
+{
+    PyTypeObject *type = Py_TYPE(list);
+    return !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+           strcmp(type->tp_name, "collections.deque") == 0;
 }
 
 /* Start loading what mapping spans [first, end) of a batch reads, level by
  * level: the span objects, their values arrays, their fields' objects, the
- * attributes' values arrays and the context's ids, the attribute dicts, their
- * tables, and each attribute's value and text.  Mapping a span follows a
- * chain of pointers six deep, and once other code has run since the spans
- * were made (an exporter's batch waits; the benchmarks collect garbage
- * between calls) each link is a cache miss the mapping would wait for in
- * turn; here each level's loads of all the spans are in flight together.
- * Only hints: it reads through the classes the mapper has found as they are
- * (the first span is mapped before any is warmed), runs no code, and a span
- * of another shape is left to the mapping. */
+ * context's ids, the events' and links' deques and items (the first
+ * WARM_ITEMS of each), their fields, and every attributes object's values
+ * array, dict, table, values and text.  Mapping a span follows chains of
+ * pointers six to ten deep, and once other code has run since the spans were
+ * made (an exporter's batch waits; the benchmarks collect garbage between
+ * calls) each link is a cache miss the mapping would wait for in turn; here
+ * each level's loads of all the spans are in flight together.  Only hints: it
+ * reads through the classes the mapper has found as they are (the first span
+ * is mapped before any is warmed), runs no Python code, takes no reference
+ * it keeps, and a span of another shape is left to the mapping. */
 static void
 batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssize_t end)
 {
 #ifdef SP_INSTANCE_VALUES_IN_PLACE
     PyObject *const *values[WARM_SPANS];
     Py_ssize_t capacity[WARM_SPANS];
-    PyObject *dicts[WARM_SPANS];
+    PyObject *lists[WARM_LISTS];
+    unsigned char list_is_links[WARM_LISTS];
+    PyObject *items[WARM_ITEM_MAX];
+    unsigned char item_is_link[WARM_ITEM_MAX];
+    PyObject *const *item_values[WARM_ITEM_MAX];
+    Py_ssize_t item_capacity[WARM_ITEM_MAX];
+    PyObject *attributes[WARM_ATTRIBUTES];
+    int list_count = 0, item_count = 0, attribute_count = 0;
+    const InPlaceFields *fields = &m->span_fields;
     Py_ssize_t count = end - first;
     spans += first;
-    if (m->span_fields.keys == NULL || count <= 0 || count > WARM_SPANS) {
+    if (fields->keys == NULL || count <= 0 || count > WARM_SPANS) {
         return;
     }
+    /* 1: the span objects, and their values pointer (up to 3.12: before the
+     * object) or values (from 3.13: after it). */
     for (Py_ssize_t i = 0; i < count; i++) {
-        /* (Addresses by integer: the values pointer lies before the object
-         * up to 3.12, the values array after it from 3.13.) */
         SP_PREFETCH(spans[i]);
 #if PY_VERSION_HEX >= 0x030D0000
-        SP_PREFETCH(
-            (const void *)((uintptr_t)spans[i] + (uintptr_t)m->span_fields.type->tp_basicsize));
+        warm_line(spans[i], fields->type->tp_basicsize);
 #else
-        SP_PREFETCH((const void *)((uintptr_t)spans[i] - 4 * sizeof(PyObject *)));
+        warm_line(spans[i], -4 * (Py_ssize_t)sizeof(PyObject *));
 #endif
     }
+    /* 2: their values arrays. */
     for (Py_ssize_t i = 0; i < count; i++) {
-        values[i] = warm_values(m, &m->span_fields, spans[i], &capacity[i]);
+        values[i] = warm_values(m, fields, spans[i], &capacity[i]);
         if (values[i] != NULL) {
             SP_PREFETCH(values[i]);
-            SP_PREFETCH((const void *)((uintptr_t)values[i] + 64));
+            warm_line(values[i], 64);
         }
     }
+    /* 3: their fields' objects. */
     for (Py_ssize_t i = 0; i < count; i++) {
         for (size_t k = 0; k < sizeof warm_fields / sizeof warm_fields[0]; k++) {
-            PyObject *field = warm_field(m, values[i], capacity[i], warm_fields[k]);
+            PyObject *field = warm_at(fields, warm_fields[k], values[i], capacity[i]);
             if (field != NULL) {
                 SP_PREFETCH(field);
             }
         }
     }
+    /* 4: the context's ids; the events' and links' values arrays; the
+     * attributes objects to follow. */
     PyObject *context_type = ITEM_TYPE(m, ITEM_SPAN_CONTEXT);
-    PyObject *attributes_type = PLAN(m, PLAN_BOUNDED_ATTRIBUTES);
+    PyObject *list_type = PLAN(m, PLAN_BOUNDED_LIST);
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *context = warm_field(m, values[i], capacity[i], 0);
-        PyObject *attributes = warm_field(m, values[i], capacity[i], 1);
+        PyObject *context = warm_at(fields, WARM_CONTEXT, values[i], capacity[i]);
         if (context != NULL && (PyObject *)Py_TYPE(context) == context_type &&
             PyTuple_GET_SIZE(context) == 6) {
             SP_PREFETCH(PyTuple_GET_ITEM(context, 0));
             SP_PREFETCH(PyTuple_GET_ITEM(context, 1));
         }
-        values[i] = NULL;
-        if (attributes != NULL && (PyObject *)Py_TYPE(attributes) == attributes_type) {
-            values[i] = warm_values(m, &m->attributes_fields, attributes, &capacity[i]);
-            if (values[i] != NULL) {
-                SP_PREFETCH(values[i]);
+        PyObject *own = warm_at(fields, WARM_ATTRIBUTES_FIELD, values[i], capacity[i]);
+        if (own != NULL) {
+            attributes[attribute_count++] = own;
+        }
+        for (int k = WARM_EVENTS; k <= WARM_LINKS; k++) {
+            PyObject *list = warm_at(fields, k, values[i], capacity[i]);
+            Py_ssize_t size;
+            PyObject *const *list_values = list != NULL && (PyObject *)Py_TYPE(list) == list_type
+                                               ? warm_values(m, &m->list_fields, list, &size)
+                                               : NULL;
+            if (list_values != NULL) {
+                SP_PREFETCH(list_values);
+                list_is_links[list_count] = k == WARM_LINKS;
+                lists[list_count++] = list;
             }
         }
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t position = m->attributes_fields.position[0];
-        dicts[i] = values[i] != NULL && position >= 0 && position < capacity[i]
-                       ? values[i][position]
-                       : NULL;
-        if (dicts[i] != NULL) {
-            SP_PREFETCH(dicts[i]);
+    /* 5: the deques the lists keep. */
+    for (int l = 0; l < list_count; l++) {
+        Py_ssize_t size;
+        PyObject *const *list_values = warm_values(m, &m->list_fields, lists[l], &size);
+        lists[l] = warm_at(&m->list_fields, 0, list_values, size);
+        if (lists[l] != NULL) {
+            SP_PREFETCH(lists[l]);
         }
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (dicts[i] != NULL && PyDict_CheckExact(dicts[i])) {
-            SP_PREFETCH(((PyDictObject *)dicts[i])->ma_keys);
+    /* 6: their first items (a deque's own item lookup: no code runs, and the
+     * deque holds each item once our reference is dropped). */
+    for (int l = 0; l < list_count; l++) {
+        PyObject *deque = lists[l];
+        if (deque == NULL || !warm_is_deque(deque)) {
+            continue;
+        }
+        Py_ssize_t length = Py_SIZE(deque) < WARM_ITEMS ? Py_SIZE(deque) : WARM_ITEMS;
+        for (Py_ssize_t j = 0; j < length; j++) {
+            PyObject *item = PySequence_GetItem(deque, j);
+            if (item == NULL) {
+                PyErr_Clear();
+                break;
+            }
+            Py_DECREF(item);
+            SP_PREFETCH(item);
+            item_is_link[item_count] = list_is_links[l];
+            items[item_count++] = item;
+        }
+    }
+    /* 7: the items' values arrays (the SDK's Event and Link). */
+    for (int j = 0; j < item_count; j++) {
+        const InPlaceFields *where =
+            item_is_link[j] ? &m->link_fields[LINK_ATTRIBUTES] : &m->event_fields[EVENT_ATTRIBUTES];
+        item_values[j] = warm_values(m, where, items[j], &item_capacity[j]);
+        if (item_values[j] != NULL) {
+            SP_PREFETCH(item_values[j]);
+        }
+    }
+    /* 8: the items' fields: an event's name and time, a link's context, and
+     * the attributes of both. */
+    for (int j = 0; j < item_count; j++) {
+        const InPlaceFields *attributes_at =
+            item_is_link[j] ? &m->link_fields[LINK_ATTRIBUTES] : &m->event_fields[EVENT_ATTRIBUTES];
+        PyObject *own = warm_at(attributes_at, 0, item_values[j], item_capacity[j]);
+        if (own != NULL) {
+            SP_PREFETCH(own);
+            attributes[attribute_count++] = own;
+        }
+        PyObject *other[2] = {NULL, NULL};
+        if (item_is_link[j]) {
+            other[0] = warm_at(&m->link_fields[LINK_CONTEXT], 0, item_values[j], item_capacity[j]);
         }
         else {
-            dicts[i] = NULL;
+            other[0] = warm_at(&m->event_fields[EVENT_NAME], 0, item_values[j], item_capacity[j]);
+            other[1] =
+                warm_at(&m->event_fields[EVENT_TIMESTAMP], 0, item_values[j], item_capacity[j]);
+        }
+        for (int k = 0; k < 2; k++) {
+            if (other[k] != NULL) {
+                SP_PREFETCH(other[k]);
+            }
+        }
+        items[j] = item_is_link[j] ? other[0] : NULL; /* a link's context, for 9 */
+    }
+    /* 9: the attributes' values arrays (the SDK's BoundedAttributes), a
+     * plain dict as it is; a link context's ids. */
+    PyObject *attributes_type = PLAN(m, PLAN_BOUNDED_ATTRIBUTES);
+    for (int j = 0; j < item_count; j++) {
+        if (items[j] != NULL && (PyObject *)Py_TYPE(items[j]) == context_type &&
+            PyTuple_GET_SIZE(items[j]) == 6) {
+            SP_PREFETCH(PyTuple_GET_ITEM(items[j], 0));
+            SP_PREFETCH(PyTuple_GET_ITEM(items[j], 1));
         }
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
+    for (int a = 0; a < attribute_count; a++) {
+        Py_ssize_t size;
+        PyObject *const *own_values =
+            (PyObject *)Py_TYPE(attributes[a]) == attributes_type
+                ? warm_values(m, &m->attributes_fields, attributes[a], &size)
+                : NULL;
+        if (own_values != NULL) {
+            SP_PREFETCH(own_values);
+        }
+        else if (!PyDict_CheckExact(attributes[a])) {
+            attributes[a] = NULL;
+        }
+    }
+    /* 10: their dicts. */
+    for (int a = 0; a < attribute_count; a++) {
+        if (attributes[a] != NULL && !PyDict_CheckExact(attributes[a])) {
+            Py_ssize_t size;
+            PyObject *const *own_values =
+                warm_values(m, &m->attributes_fields, attributes[a], &size);
+            attributes[a] = warm_at(&m->attributes_fields, 0, own_values, size);
+            if (attributes[a] != NULL) {
+                SP_PREFETCH(attributes[a]);
+            }
+        }
+    }
+    /* 11: the dicts' tables. */
+    for (int a = 0; a < attribute_count; a++) {
+        if (attributes[a] != NULL && PyDict_CheckExact(attributes[a])) {
+            SP_PREFETCH(((PyDictObject *)attributes[a])->ma_keys);
+        }
+        else {
+            attributes[a] = NULL;
+        }
+    }
+    /* 12: their entries' lines. */
+    for (int a = 0; a < attribute_count; a++) {
         DictEntries entries;
-        if (dicts[i] == NULL || !pydict_entries(m->fast_paths, dicts[i], &entries)) {
-            dicts[i] = NULL;
+        if (attributes[a] == NULL || !pydict_entries(m->fast_paths, attributes[a], &entries)) {
+            attributes[a] = NULL;
             continue;
         }
         uintptr_t from = (uintptr_t)entries.keys;
@@ -2069,16 +2204,17 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
             SP_PREFETCH((const void *)line);
         }
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
+    /* 13: each attribute's value, and where a str's text starts. */
+    for (int a = 0; a < attribute_count; a++) {
         DictEntries entries;
-        if (dicts[i] == NULL || !pydict_entries(m->fast_paths, dicts[i], &entries)) {
+        if (attributes[a] == NULL || !pydict_entries(m->fast_paths, attributes[a], &entries)) {
             continue;
         }
         PyObject *const *entry = entries.keys;
         for (Py_ssize_t j = 0; j < entries.count; j++, entry += entries.stride) {
-            /* (Addresses by integer: a deleted entry's NULL is harmless.) */
+            /* (A deleted entry's NULL is prefetched harmlessly.) */
             SP_PREFETCH(entry[1]);
-            SP_PREFETCH((const void *)((uintptr_t)entry[1] + sizeof(PyASCIIObject)));
+            warm_line(entry[1], sizeof(PyASCIIObject));
         }
     }
 #else
