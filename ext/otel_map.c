@@ -2094,11 +2094,13 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
     }
     /* 6: their first items (a deque's own item lookup: no code runs, and the
      * deque holds each item once our reference is dropped). */
+    PyTypeObject *deque_type = NULL; /* found so once, the name compared no more */
     for (int l = 0; l < list_count; l++) {
         PyObject *deque = lists[l];
-        if (deque == NULL || !warm_is_deque(deque)) {
+        if (deque == NULL || (Py_TYPE(deque) != deque_type && !warm_is_deque(deque))) {
             continue;
         }
+        deque_type = Py_TYPE(deque);
         Py_ssize_t length = Py_SIZE(deque) < WARM_ITEMS ? Py_SIZE(deque) : WARM_ITEMS;
         for (Py_ssize_t j = 0; j < length; j++) {
             PyObject *item = PySequence_GetItem(deque, j);
