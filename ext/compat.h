@@ -55,6 +55,15 @@ PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
 #define SP_ALWAYS_INLINE inline
 #endif
 
+/* Prefetch the byte `offset` bytes from `address`, the address computed as
+ * an integer: it may lie outside the object (its pre-header, a line past a
+ * short array), where pointer arithmetic would be undefined. */
+static inline void
+sp_prefetch_at(const void *address, Py_ssize_t offset)
+{
+    SP_PREFETCH((const void *)((uintptr_t)address + (uintptr_t)offset));
+}
+
 /* A str made by a legacy API (CPython 3.11 and older) has no length or
  * text in place until something makes it ready. */
 #if PY_VERSION_HEX < 0x030C0000

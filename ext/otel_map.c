@@ -1979,13 +1979,6 @@ warm_at(const InPlaceFields *where, int k, PyObject *const *values, Py_ssize_t c
     return values != NULL && position >= 0 && position < capacity ? values[position] : NULL;
 }
 
-/* (Addresses by integer: what may lie outside an object.) */
-static inline void
-warm_line(const void *address, Py_ssize_t offset)
-{
-    SP_PREFETCH((const void *)((uintptr_t)address + (uintptr_t)offset));
-}
-
 /* Is `list` a deque of collections' own (the SDK's BoundedList keeps one),
  * whose items PySequence_GetItem gives without running code? */
 static inline int
@@ -2033,9 +2026,9 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
     for (Py_ssize_t i = 0; i < count; i++) {
         SP_PREFETCH(spans[i]);
 #if PY_VERSION_HEX >= 0x030D0000
-        warm_line(spans[i], fields->type->tp_basicsize);
+        sp_prefetch_at(spans[i], fields->type->tp_basicsize);
 #else
-        warm_line(spans[i], -4 * (Py_ssize_t)sizeof(PyObject *));
+        sp_prefetch_at(spans[i], -4 * (Py_ssize_t)sizeof(PyObject *));
 #endif
     }
     /* 2: their values arrays. */
@@ -2043,7 +2036,7 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
         values[i] = warm_values(m, fields, spans[i], &capacity[i]);
         if (values[i] != NULL) {
             SP_PREFETCH(values[i]);
-            warm_line(values[i], 64);
+            sp_prefetch_at(values[i], 64);
         }
     }
     /* 3: their fields' objects. */
@@ -2200,11 +2193,7 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
             attributes[a] = NULL;
             continue;
         }
-        uintptr_t from = (uintptr_t)entries.keys;
-        uintptr_t to = (uintptr_t)(entries.keys + entries.count * entries.stride);
-        for (uintptr_t line = from; line < to; line += 64) {
-            SP_PREFETCH((const void *)line);
-        }
+        dict_entries_prefetch_lines(&entries);
     }
     /* 13: each attribute's value, and where a str's text starts. */
     for (int a = 0; a < attribute_count; a++) {
@@ -2212,12 +2201,7 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
         if (attributes[a] == NULL || !pydict_entries(m->fast_paths, attributes[a], &entries)) {
             continue;
         }
-        PyObject *const *entry = entries.keys;
-        for (Py_ssize_t j = 0; j < entries.count; j++, entry += entries.stride) {
-            /* (A deleted entry's NULL is prefetched harmlessly.) */
-            SP_PREFETCH(entry[1]);
-            warm_line(entry[1], sizeof(PyASCIIObject));
-        }
+        dict_entries_prefetch_objects(&entries, 0); /* (keys: shared by the batch) */
     }
 #else
     (void)m;

@@ -95,6 +95,33 @@ dict_entries_prefetch_ahead(const DictEntries *entries, PyObject *const *entry, 
     }
 }
 
+/* Prefetch every line of `entries` (the level-by-level loads of a batch:
+ * spanfields_warm, otel_map.c's batch_warm). */
+static inline void
+dict_entries_prefetch_lines(const DictEntries *entries)
+{
+    uintptr_t from = (uintptr_t)entries->keys;
+    uintptr_t to = (uintptr_t)(entries->keys + entries->count * entries->stride);
+    for (uintptr_t line = from; line < to; line += 64) {
+        SP_PREFETCH((const void *)line);
+    }
+}
+
+/* Prefetch each entry's value (and key, with `keys`) and where a compact
+ * str's text starts (a deleted entry's NULL prefetched harmlessly). */
+static inline void
+dict_entries_prefetch_objects(const DictEntries *entries, int keys)
+{
+    PyObject *const *entry = entries->keys;
+    for (Py_ssize_t j = 0; j < entries->count; j++, entry += entries->stride) {
+        if (keys) {
+            SP_PREFETCH(entry[0]);
+        }
+        SP_PREFETCH(entry[1]);
+        sp_prefetch_at(entry[1], sizeof(PyASCIIObject));
+    }
+}
+
 /* 1 when looking an exact str up in `dict` (a dict or subclass) can run no
  * Python code, `fast` proven: every key is an exact str (a combined table of
  * str keys, or a split one, which holds only str keys), so the lookup

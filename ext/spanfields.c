@@ -2788,6 +2788,123 @@ prefetch_slots(const SpanTypeLayout *layout, PyObject *span, SpanTextPeek *peek)
     }
 }
 
+/* A span's field `i` as the layout finds it in the span's slot or values
+ * array (NULL: neither), for spanfields_warm only: read without a reference,
+ * never dereferenced there but to be prefetched. */
+static inline PyObject *
+warm_field_value(const SpanTypeLayout *layout, PyObject *span, PyObject *const *values,
+                 Py_ssize_t capacity, int i)
+{
+    if (layout->access[i].source == FIELD_SLOT) {
+        return *(PyObject **)((char *)span + layout->offset[i]);
+    }
+    if (values != NULL && (layout->instance_fields & (1u << i)) && layout->position[i] >= 0 &&
+        layout->position[i] < capacity) {
+        return values[layout->position[i]];
+    }
+    return NULL;
+}
+
+void
+spanfields_warm(const SpanFieldReader *reader, PyObject *const *spans, Py_ssize_t count)
+{
+    const SpanTypeLayout *layout = &reader->layouts[reader->last_layout];
+    PyTypeObject *type = layout->type;
+    if (type == NULL || count <= 0 || count > SPAN_WARM_MAX) {
+        return;
+    }
+    PyObject *const *values[SPAN_WARM_MAX] = {NULL};
+    Py_ssize_t capacity[SPAN_WARM_MAX] = {0};
+    PyObject *dicts[SPAN_WARM_MAX][2];
+    int in_place = 0;
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    const SpDictKeys *keys = layout->shared_keys;
+    in_place = keys != NULL && layout->instance_fields != 0 &&
+               keys == pyinstance_shared_keys(&reader->fast_paths, type);
+#endif
+    /* 1: the span objects' lines that hold fields, and where an instance's
+     * values pointer (up to 3.12: before the object) or values (from 3.13:
+     * after it) lie. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        SP_PREFETCH(spans[i]);
+        for (int k = 0; k < layout->line_count; k++) {
+            sp_prefetch_at(spans[i], layout->line_offsets[k]);
+        }
+        if (in_place) {
+#if PY_VERSION_HEX >= 0x030D0000
+            sp_prefetch_at(spans[i], type->tp_basicsize);
+#else
+            sp_prefetch_at(spans[i], -4 * (Py_ssize_t)sizeof(PyObject *));
+#endif
+        }
+    }
+    /* 2: the values arrays of the spans of the layout's class. */
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
+    for (Py_ssize_t i = 0; in_place && i < count; i++) {
+        if (Py_TYPE(spans[i]) == type &&
+            (values[i] = pyinstance_values(spans[i], keys, &capacity[i])) != NULL) {
+            SP_PREFETCH(values[i]);
+            sp_prefetch_at(values[i], 64);
+        }
+    }
+#endif
+    /* 3: the fields' objects, and the text of the text fields. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        dicts[i][0] = dicts[i][1] = NULL;
+        if (Py_TYPE(spans[i]) != type) {
+            continue;
+        }
+        for (uint32_t bits = SF_PREFETCHED_FIELDS; bits != 0; bits &= bits - 1) {
+            int f = __builtin_ctz(bits);
+            PyObject *value = warm_field_value(layout, spans[i], values[i], capacity[i], f);
+            if (value == NULL) {
+                continue;
+            }
+            SP_PREFETCH(value);
+            if (f == SF_META || f == SF_METRICS) {
+                dicts[i][f == SF_METRICS] = value;
+            }
+            else if (f >= SF_SERVICE && f <= SF_SPAN_TYPE) {
+                sp_prefetch_at(value, sizeof(PyASCIIObject));
+            }
+        }
+    }
+    /* 4: the tag dicts' tables. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        for (int d = 0; d < 2; d++) {
+            if (dicts[i][d] != NULL && PyDict_CheckExact(dicts[i][d])) {
+                SP_PREFETCH(((PyDictObject *)dicts[i][d])->ma_keys);
+            }
+            else {
+                dicts[i][d] = NULL;
+            }
+        }
+    }
+    /* 5: their entries' lines. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        for (int d = 0; d < 2; d++) {
+            DictEntries entries;
+            if (dicts[i][d] == NULL ||
+                !pydict_entries(&reader->fast_paths, dicts[i][d], &entries)) {
+                dicts[i][d] = NULL;
+                continue;
+            }
+            dict_entries_prefetch_lines(&entries);
+        }
+    }
+    /* 6: each entry's key and value, and where a str's text starts. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        for (int d = 0; d < 2; d++) {
+            DictEntries entries;
+            if (dicts[i][d] == NULL ||
+                !pydict_entries(&reader->fast_paths, dicts[i][d], &entries)) {
+                continue;
+            }
+            dict_entries_prefetch_objects(&entries, 1);
+        }
+    }
+}
+
 void
 spanfields_prefetch_object(const SpanFieldReader *reader, PyObject *span)
 {

@@ -429,6 +429,15 @@ typedef struct {
  * known): for more prefetching only, never to be dereferenced. */
 void spanfields_prefetch(const SpanFieldReader *reader, PyObject *span, SpanTextPeek *peek);
 
+/* Ask the CPU to start loading what reading `spans` (count at most
+ * SPAN_WARM_MAX) will touch, level by level: the span objects, their values
+ * arrays, their fields' objects and text, the tag dicts' tables, entries,
+ * keys and values, each level's loads of all the spans in flight together.
+ * Only for spans of the class read last, as its layout has them; a hint
+ * only: no references taken, no Python code, no errors. */
+enum { SPAN_WARM_MAX = 16 };
+void spanfields_warm(const SpanFieldReader *reader, PyObject *const *spans, Py_ssize_t count);
+
 /* Ask the CPU to start loading the parts of `span` that hold its fields,
  * assuming it is of the class read last (a hint only: `span` itself is not
  * read, so this costs no wait even when it is far from the caches). */

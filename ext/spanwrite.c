@@ -1057,6 +1057,15 @@ write_trace(SpanWriter *w, PyObject *trace, TraceStartFn start, SpanWriteFn writ
     if (result == 0 && SP_UNLIKELY(w->default_meta != NULL || w->default_metrics != NULL)) {
         result = default_seen_alloc(w);
     }
+    if (result == 0 && count > 1 && count <= SPAN_WARM_MAX &&
+        PySequence_Fast_GET_SIZE(trace) == count) {
+        /* A short trace, most of which the prefetch ahead below would not
+         * reach: all of it loaded level by level first (as long as the code
+         * that reading its first span ran left it as it was).  (A long one's
+         * first spans are not worth it: 2.3% more instructions on 100-span
+         * traces of slotted spans, no time saved measurably.) */
+        spanfields_warm(w->reader, PySequence_Fast_ITEMS(trace), count);
+    }
     for (Py_ssize_t i = 0; i < count && result == 0; i++) {
         /* Span code may resize the trace list while we read it. */
         if (Py_SIZE(trace) != count) {
