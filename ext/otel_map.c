@@ -1941,6 +1941,7 @@ enum { WARM_SPANS = 32, WARM_ITEMS = 4 };
 #define WARM_ITEM_MAX (WARM_LISTS * WARM_ITEMS)
 #define WARM_ATTRIBUTES (WARM_SPANS + WARM_ITEM_MAX)
 
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
 /* The sdk_field_names entries worth loading ahead: the objects of each span
  * (the resource, scope and kind are shared by a batch). */
 enum { WARM_CONTEXT = 0, WARM_ATTRIBUTES_FIELD = 1, WARM_EVENTS = 2, WARM_LINKS = 3 };
@@ -1979,15 +1980,7 @@ warm_at(const InPlaceFields *where, int k, PyObject *const *values, Py_ssize_t c
     return values != NULL && position >= 0 && position < capacity ? values[position] : NULL;
 }
 
-/* Is `list` a deque of collections' own (the SDK's BoundedList keeps one),
- * whose items PySequence_GetItem gives without running code? */
-static inline int
-warm_is_deque(PyObject *list)
-{
-    PyTypeObject *type = Py_TYPE(list);
-    return !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-           strcmp(type->tp_name, "collections.deque") == 0;
-}
+#endif
 
 /* Start loading what mapping spans [first, end) of a batch reads, level by
  * level: the span objects, their values arrays, their fields' objects, the
@@ -2087,13 +2080,13 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
     }
     /* 6: their first items (a deque's own item lookup: no code runs, and the
      * deque holds each item once our reference is dropped). */
-    PyTypeObject *deque_type = NULL; /* found so once, the name compared no more */
+    /* (collections.deque itself, whose item lookup runs no Python code.) */
+    PyObject *deque_type = m->state->deque_type;
     for (int l = 0; l < list_count; l++) {
         PyObject *deque = lists[l];
-        if (deque == NULL || (Py_TYPE(deque) != deque_type && !warm_is_deque(deque))) {
+        if (deque == NULL || (PyObject *)Py_TYPE(deque) != deque_type) {
             continue;
         }
-        deque_type = Py_TYPE(deque);
         Py_ssize_t length = Py_SIZE(deque) < WARM_ITEMS ? Py_SIZE(deque) : WARM_ITEMS;
         for (Py_ssize_t j = 0; j < length; j++) {
             PyObject *item = PySequence_GetItem(deque, j);
@@ -2127,13 +2120,15 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
             attributes[attribute_count++] = own;
         }
         PyObject *other[2] = {NULL, NULL};
-        if (item_is_link[j]) {
-            other[0] = warm_at(&m->link_fields[LINK_CONTEXT], 0, item_values[j], item_capacity[j]);
-        }
-        else {
-            other[0] = warm_at(&m->event_fields[EVENT_NAME], 0, item_values[j], item_capacity[j]);
-            other[1] =
-                warm_at(&m->event_fields[EVENT_TIMESTAMP], 0, item_values[j], item_capacity[j]);
+        const InPlaceFields *other_at[2] = {
+            item_is_link[j] ? &m->link_fields[LINK_CONTEXT] : &m->event_fields[EVENT_NAME],
+            item_is_link[j] ? NULL : &m->event_fields[EVENT_TIMESTAMP]};
+        for (int k = 0; k < 2; k++) {
+            /* (Each field's position found for the item's class, on the same keys.) */
+            if (other_at[k] != NULL && other_at[k]->type == Py_TYPE(items[j]) &&
+                other_at[k]->keys == attributes_at->keys) {
+                other[k] = warm_at(other_at[k], 0, item_values[j], item_capacity[j]);
+            }
         }
         for (int k = 0; k < 2; k++) {
             if (other[k] != NULL) {

@@ -95,25 +95,32 @@ dict_entries_prefetch_ahead(const DictEntries *entries, PyObject *const *entry, 
     }
 }
 
-/* Prefetch every line of `entries` (the level-by-level loads of a batch:
- * spanfields_warm, otel_map.c's batch_warm). */
+/* The entries the level-by-level loads of a batch follow per dict
+ * (spanfields_warm, otel_map.c's batch_warm): a span's tags, not a dict so
+ * large that loading it all would push the rest of the batch out. */
+enum { DICT_WARM_ENTRIES = 48 };
+
+/* Prefetch the lines of `entries` (the first DICT_WARM_ENTRIES). */
 static inline void
 dict_entries_prefetch_lines(const DictEntries *entries)
 {
+    Py_ssize_t count = entries->count < DICT_WARM_ENTRIES ? entries->count : DICT_WARM_ENTRIES;
     uintptr_t from = (uintptr_t)entries->keys;
-    uintptr_t to = (uintptr_t)(entries->keys + entries->count * entries->stride);
+    uintptr_t to = from + (uintptr_t)(count * entries->stride) * sizeof(PyObject *);
     for (uintptr_t line = from; line < to; line += 64) {
         SP_PREFETCH((const void *)line);
     }
 }
 
 /* Prefetch each entry's value (and key, with `keys`) and where a compact
- * str's text starts (a deleted entry's NULL prefetched harmlessly). */
+ * str's text starts (the first DICT_WARM_ENTRIES; a deleted entry's NULL
+ * prefetched harmlessly). */
 static inline void
 dict_entries_prefetch_objects(const DictEntries *entries, int keys)
 {
-    PyObject *const *entry = entries->keys;
-    for (Py_ssize_t j = 0; j < entries->count; j++, entry += entries->stride) {
+    Py_ssize_t count = entries->count < DICT_WARM_ENTRIES ? entries->count : DICT_WARM_ENTRIES;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        PyObject *const *entry = entries->keys + j * entries->stride;
         if (keys) {
             SP_PREFETCH(entry[0]);
         }

@@ -2808,6 +2808,13 @@ warm_field_value(const SpanTypeLayout *layout, PyObject *span, PyObject *const *
 void
 spanfields_warm(const SpanFieldReader *reader, PyObject *const *spans, Py_ssize_t count)
 {
+#ifdef Py_GIL_DISABLED
+    /* (Borrowed objects another thread may free: as the other in-place
+     * readers, not without the GIL.) */
+    (void)reader;
+    (void)spans;
+    (void)count;
+#else
     const SpanTypeLayout *layout = &reader->layouts[reader->last_layout];
     PyTypeObject *type = layout->type;
     if (type == NULL || count <= 0 || count > SPAN_WARM_MAX) {
@@ -2903,6 +2910,7 @@ spanfields_warm(const SpanFieldReader *reader, PyObject *const *spans, Py_ssize_
             dict_entries_prefetch_objects(&entries, 1);
         }
     }
+#endif
 }
 
 void

@@ -38,7 +38,9 @@
     X(events_for_v04, "spanpack._extras", "events_for_v04")                                        \
     X(events_json, "spanpack._extras", "events_json")                                              \
     X(links_for_v10, "spanpack._extras", "links_for_v10")                                          \
-    X(events_for_v10, "spanpack._extras", "events_for_v10")
+    X(events_for_v10, "spanpack._extras", "events_for_v10")                                        \
+    /* The SDK's BoundedList keeps a deque: its items read by otel_map.c's batch_warm. */          \
+    X(deque_type, "collections", "deque")
 
 /* Objects made by module exec or a type's module init. */
 #define SPANPACK_STATE_MADE(X)                                                                     \
