@@ -1954,7 +1954,6 @@ static const int warm_fields[] = {0 /* context */, 1 /* attributes */, 2 /* even
 static inline PyObject *const *
 warm_values(const OtelMapper *m, const InPlaceFields *where, PyObject *obj, Py_ssize_t *capacity)
 {
-#ifdef SP_INSTANCE_VALUES_IN_PLACE
     PyTypeObject *type = Py_TYPE(obj);
     if (where->keys == NULL || type != where->type ||
         sp_type_version_tag(type) != where->version_tag ||
@@ -1962,13 +1961,17 @@ warm_values(const OtelMapper *m, const InPlaceFields *where, PyObject *obj, Py_s
         return NULL;
     }
     return pyinstance_values(obj, where->keys, capacity);
-#else
-    (void)m;
-    (void)where;
-    (void)obj;
-    (void)capacity;
-    return NULL;
-#endif
+}
+
+/* Prefetch the ids of `context` when it is the SDK's SpanContext. */
+static inline void
+warm_context_ids(const OtelMapper *m, PyObject *context)
+{
+    if (context != NULL && (PyObject *)Py_TYPE(context) == ITEM_TYPE(m, ITEM_SPAN_CONTEXT) &&
+        PyTuple_GET_SIZE(context) == 6) {
+        SP_PREFETCH(PyTuple_GET_ITEM(context, 0));
+        SP_PREFETCH(PyTuple_GET_ITEM(context, 1));
+    }
 }
 
 /* The value at field `k`'s position (`where->position[k]`) in a values
@@ -2018,11 +2021,7 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
      * object) or values (from 3.13: after it). */
     for (Py_ssize_t i = 0; i < count; i++) {
         SP_PREFETCH(spans[i]);
-#if PY_VERSION_HEX >= 0x030D0000
-        sp_prefetch_at(spans[i], fields->type->tp_basicsize);
-#else
-        sp_prefetch_at(spans[i], -4 * (Py_ssize_t)sizeof(PyObject *));
-#endif
+        pyinstance_prefetch_values(spans[i], fields->type);
     }
     /* 2: their values arrays. */
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -2043,15 +2042,9 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
     }
     /* 4: the context's ids; the events' and links' values arrays; the
      * attributes objects to follow. */
-    PyObject *context_type = ITEM_TYPE(m, ITEM_SPAN_CONTEXT);
     PyObject *list_type = PLAN(m, PLAN_BOUNDED_LIST);
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *context = warm_at(fields, WARM_CONTEXT, values[i], capacity[i]);
-        if (context != NULL && (PyObject *)Py_TYPE(context) == context_type &&
-            PyTuple_GET_SIZE(context) == 6) {
-            SP_PREFETCH(PyTuple_GET_ITEM(context, 0));
-            SP_PREFETCH(PyTuple_GET_ITEM(context, 1));
-        }
+        warm_context_ids(m, warm_at(fields, WARM_CONTEXT, values[i], capacity[i]));
         PyObject *own = warm_at(fields, WARM_ATTRIBUTES_FIELD, values[i], capacity[i]);
         if (own != NULL) {
             attributes[attribute_count++] = own;
@@ -2078,9 +2071,8 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
             SP_PREFETCH(lists[l]);
         }
     }
-    /* 6: their first items (a deque's own item lookup: no code runs, and the
-     * deque holds each item once our reference is dropped). */
-    /* (collections.deque itself, whose item lookup runs no Python code.) */
+    /* 6: their first items (collections.deque's own item lookup: no code
+     * runs, and the deque holds each item once our reference is dropped). */
     PyObject *deque_type = m->state->deque_type;
     for (int l = 0; l < list_count; l++) {
         PyObject *deque = lists[l];
@@ -2141,11 +2133,7 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
      * plain dict as it is; a link context's ids. */
     PyObject *attributes_type = PLAN(m, PLAN_BOUNDED_ATTRIBUTES);
     for (int j = 0; j < item_count; j++) {
-        if (items[j] != NULL && (PyObject *)Py_TYPE(items[j]) == context_type &&
-            PyTuple_GET_SIZE(items[j]) == 6) {
-            SP_PREFETCH(PyTuple_GET_ITEM(items[j], 0));
-            SP_PREFETCH(PyTuple_GET_ITEM(items[j], 1));
-        }
+        warm_context_ids(m, items[j]);
     }
     for (int a = 0; a < attribute_count; a++) {
         Py_ssize_t size;
@@ -2172,32 +2160,9 @@ batch_warm(const OtelMapper *m, PyObject *const *spans, Py_ssize_t first, Py_ssi
             }
         }
     }
-    /* 11: the dicts' tables. */
-    for (int a = 0; a < attribute_count; a++) {
-        if (attributes[a] != NULL && PyDict_CheckExact(attributes[a])) {
-            SP_PREFETCH(((PyDictObject *)attributes[a])->ma_keys);
-        }
-        else {
-            attributes[a] = NULL;
-        }
-    }
-    /* 12: their entries' lines. */
-    for (int a = 0; a < attribute_count; a++) {
-        DictEntries entries;
-        if (attributes[a] == NULL || !pydict_entries(m->fast_paths, attributes[a], &entries)) {
-            attributes[a] = NULL;
-            continue;
-        }
-        dict_entries_prefetch_lines(&entries);
-    }
-    /* 13: each attribute's value, and where a str's text starts. */
-    for (int a = 0; a < attribute_count; a++) {
-        DictEntries entries;
-        if (attributes[a] == NULL || !pydict_entries(m->fast_paths, attributes[a], &entries)) {
-            continue;
-        }
-        dict_entries_prefetch_objects(&entries, 0); /* (keys: shared by the batch) */
-    }
+    /* 11-13: the dicts' tables, entries, values and text (the keys are
+     * shared by the batch). */
+    dicts_prefetch_levels(m->fast_paths, attributes, attribute_count, 0);
 #else
     (void)m;
     (void)spans;

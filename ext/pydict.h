@@ -129,6 +129,39 @@ dict_entries_prefetch_objects(const DictEntries *entries, int keys)
     }
 }
 
+/* The last levels of a batch's level-by-level loads (spanfields_warm,
+ * otel_map.c's batch_warm), over `count` objects already prefetched, each
+ * one's loads of a level in flight with the others': the tables of those
+ * that are exact dicts, then their entries' lines, then each entry's value
+ * (and key, with `keys`) and text.  The others, and dicts not read in place,
+ * are set to NULL in `dicts`. */
+static inline void
+dicts_prefetch_levels(const SpFastPaths *fast, PyObject **dicts, Py_ssize_t count, int keys)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (dicts[i] != NULL && PyDict_CheckExact(dicts[i])) {
+            SP_PREFETCH(((PyDictObject *)dicts[i])->ma_keys);
+        }
+        else {
+            dicts[i] = NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        DictEntries entries;
+        if (dicts[i] == NULL || !pydict_entries(fast, dicts[i], &entries)) {
+            dicts[i] = NULL;
+            continue;
+        }
+        dict_entries_prefetch_lines(&entries);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        DictEntries entries;
+        if (dicts[i] != NULL && pydict_entries(fast, dicts[i], &entries)) {
+            dict_entries_prefetch_objects(&entries, keys);
+        }
+    }
+}
+
 /* 1 when looking an exact str up in `dict` (a dict or subclass) can run no
  * Python code, `fast` proven: every key is an exact str (a combined table of
  * str keys, or a split one, which holds only str keys), so the lookup

@@ -61,6 +61,21 @@ pyinstance_position(const SpDictKeys *keys, PyObject *name)
     return -1;
 }
 
+/* Prefetch where `obj`'s values array is found: the pointer to it before
+ * the object (up to 3.12), or the array itself after it (from 3.13, at the
+ * size of `type`, the object's class, given so that the object itself is
+ * not read). */
+static inline void
+pyinstance_prefetch_values(PyObject *obj, PyTypeObject *type)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    sp_prefetch_at(obj, type->tp_basicsize);
+#else
+    (void)type;
+    sp_prefetch_at(obj, -4 * (Py_ssize_t)sizeof(PyObject *));
+#endif
+}
+
 /* The values array of `obj` (whose class's shared keys are `keys`), and how
  * many positions it holds; NULL when the instance keeps a dict of another
  * shape. */

@@ -2822,12 +2822,11 @@ spanfields_warm(const SpanFieldReader *reader, PyObject *const *spans, Py_ssize_
     }
     PyObject *const *values[SPAN_WARM_MAX] = {NULL};
     Py_ssize_t capacity[SPAN_WARM_MAX] = {0};
-    PyObject *dicts[SPAN_WARM_MAX][2];
-    int in_place = 0;
+    PyObject *dicts[2 * SPAN_WARM_MAX]; /* each span's meta, then its metrics */
 #ifdef SP_INSTANCE_VALUES_IN_PLACE
     const SpDictKeys *keys = layout->shared_keys;
-    in_place = keys != NULL && layout->instance_fields != 0 &&
-               keys == pyinstance_shared_keys(&reader->fast_paths, type);
+    int in_place = keys != NULL && layout->instance_fields != 0 &&
+                   keys == pyinstance_shared_keys(&reader->fast_paths, type);
 #endif
     /* 1: the span objects' lines that hold fields, and where an instance's
      * values pointer (up to 3.12: before the object) or values (from 3.13:
@@ -2837,13 +2836,11 @@ spanfields_warm(const SpanFieldReader *reader, PyObject *const *spans, Py_ssize_
         for (int k = 0; k < layout->line_count; k++) {
             sp_prefetch_at(spans[i], layout->line_offsets[k]);
         }
+#ifdef SP_INSTANCE_VALUES_IN_PLACE
         if (in_place) {
-#if PY_VERSION_HEX >= 0x030D0000
-            sp_prefetch_at(spans[i], type->tp_basicsize);
-#else
-            sp_prefetch_at(spans[i], -4 * (Py_ssize_t)sizeof(PyObject *));
-#endif
+            pyinstance_prefetch_values(spans[i], type);
         }
+#endif
     }
     /* 2: the values arrays of the spans of the layout's class. */
 #ifdef SP_INSTANCE_VALUES_IN_PLACE
@@ -2857,7 +2854,7 @@ spanfields_warm(const SpanFieldReader *reader, PyObject *const *spans, Py_ssize_
 #endif
     /* 3: the fields' objects, and the text of the text fields. */
     for (Py_ssize_t i = 0; i < count; i++) {
-        dicts[i][0] = dicts[i][1] = NULL;
+        dicts[2 * i] = dicts[2 * i + 1] = NULL;
         if (Py_TYPE(spans[i]) != type) {
             continue;
         }
@@ -2869,47 +2866,15 @@ spanfields_warm(const SpanFieldReader *reader, PyObject *const *spans, Py_ssize_
             }
             SP_PREFETCH(value);
             if (f == SF_META || f == SF_METRICS) {
-                dicts[i][f == SF_METRICS] = value;
+                dicts[2 * i + (f == SF_METRICS)] = value;
             }
             else if (f >= SF_SERVICE && f <= SF_SPAN_TYPE) {
                 sp_prefetch_at(value, sizeof(PyASCIIObject));
             }
         }
     }
-    /* 4: the tag dicts' tables. */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        for (int d = 0; d < 2; d++) {
-            if (dicts[i][d] != NULL && PyDict_CheckExact(dicts[i][d])) {
-                SP_PREFETCH(((PyDictObject *)dicts[i][d])->ma_keys);
-            }
-            else {
-                dicts[i][d] = NULL;
-            }
-        }
-    }
-    /* 5: their entries' lines. */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        for (int d = 0; d < 2; d++) {
-            DictEntries entries;
-            if (dicts[i][d] == NULL ||
-                !pydict_entries(&reader->fast_paths, dicts[i][d], &entries)) {
-                dicts[i][d] = NULL;
-                continue;
-            }
-            dict_entries_prefetch_lines(&entries);
-        }
-    }
-    /* 6: each entry's key and value, and where a str's text starts. */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        for (int d = 0; d < 2; d++) {
-            DictEntries entries;
-            if (dicts[i][d] == NULL ||
-                !pydict_entries(&reader->fast_paths, dicts[i][d], &entries)) {
-                continue;
-            }
-            dict_entries_prefetch_objects(&entries, 1);
-        }
-    }
+    /* 4-6: the tag dicts' tables, entries, keys, values and text. */
+    dicts_prefetch_levels(&reader->fast_paths, dicts, 2 * count, 1);
 #endif
 }
 
